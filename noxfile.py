@@ -1,0 +1,53 @@
+"""nox sessions for trio_maint: tests, lint, typecheck."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.download_python = "never"
+
+
+def _require_redis_server(session: nox.Session) -> None:
+    """Make sure a redis-server binary can be found, installing Debian's package if we can."""
+    if os.environ.get("REDIS_URL") or os.environ.get("REDIS_SERVER"):
+        return
+    if shutil.which("redis-server"):
+        return
+    if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
+        session.log("redis-server not found: installing Debian's redis-server package")
+        session.run("apt-get", "update", "-q", external=True)
+        session.run("apt-get", "install", "-y", "-q", "redis-server", external=True)
+        return
+    session.error(
+        "redis-server is not on PATH: install it (Debian/Ubuntu: `sudo apt-get install "
+        "redis-server`) or set $REDIS_SERVER to the binary, or $REDIS_URL to a server"
+    )
+
+
+@nox.session(python=None)
+def tests(session: nox.Session) -> None:
+    """Run the test suite against a real redis-server started by the fixtures."""
+    _require_redis_server(session)
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs, env={"PYTHONDEVMODE": "1"})
+
+
+@nox.session(python=None)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=None)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on the package."""
+    session.install("mypy", "-e", ".[test]")
+    session.run("mypy", "--strict", "trio_maint")

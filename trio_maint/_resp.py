@@ -1,0 +1,145 @@
+"""RESP3 encoding and parsing, sans-IO (no Trio imports).
+
+Commands are encoded as RESP arrays of bulk strings with :func:`hiredis.pack_command`.
+Replies are parsed by :class:`RespParser`, a thin typed wrapper around
+:class:`hiredis.Reader` built with a ``notEnoughData`` sentinel (RESP3 ``#f`` parses to
+``False``, which would otherwise collide with hiredis's default "incomplete" value).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, TypeAlias
+
+import hiredis
+
+from ._errors import DataError, ProtocolError, response_error
+
+__all__ = [
+    "NEED_DATA",
+    "CommandArg",
+    "PushNotification",
+    "RespParser",
+    "RespValue",
+    "encode_command",
+    "encode_commands",
+    "is_push",
+]
+
+#: A value a command argument may have.
+CommandArg: TypeAlias = str | bytes | memoryview | int | float
+
+#: What a parsed RESP3 reply may be: ``bytes``/``str``, ``int``, ``float``, ``bool``,
+#: ``None``, ``list`` (arrays and sets), ``dict`` (maps), a :class:`ResponseError`
+#: instance (error replies are values, not raised), or a :class:`PushNotification`.
+RespValue: TypeAlias = Any
+
+#: RESP3 push frames (``>``) are returned as instances of this ``list`` subclass.
+PushNotification: Final = hiredis.PushNotification
+
+
+class _NeedData:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+#: Returned by :meth:`RespParser.next_reply` while the buffered bytes hold no whole reply.
+NEED_DATA: Final = _NeedData()
+
+
+def _describe_bad_arg(args: Sequence[object]) -> DataError:
+    for index, arg in enumerate(args):
+        if isinstance(arg, bool) or not isinstance(arg, str | bytes | memoryview | int | float):
+            return DataError(
+                f"invalid type for command argument {index} ({arg!r}): "
+                f"{type(arg).__name__}; convert it to bytes, str, int or float first"
+            )
+    return DataError(f"cannot encode command arguments {args!r}")
+
+
+def encode_command(args: tuple[CommandArg, ...]) -> bytes:
+    """Encode one command as a RESP array of bulk strings.
+
+    :param args: the command name and its arguments; each a ``str`` (UTF-8 encoded),
+        ``bytes``, ``memoryview``, ``int`` or ``float``.
+    :returns: the bytes to write.
+    :raises DataError: an argument has another type (``bool``, ``None``, ``list``, ...);
+        the message names the argument's position and value.
+    """
+    try:
+        return hiredis.pack_command(args)  # type: ignore[no-any-return]
+    except (TypeError, UnicodeError):
+        raise _describe_bad_arg(args) from None
+
+
+def encode_commands(commands: Iterable[tuple[CommandArg, ...]]) -> bytes:
+    """Encode several commands for one write (pipelines and transactions).
+
+    :raises DataError: as :func:`encode_command`.
+    """
+    return b"".join([encode_command(args) for args in commands])
+
+
+def is_push(value: RespValue) -> bool:
+    """True when ``value`` is a RESP3 push frame (``>``), as hiredis returns it."""
+    return isinstance(value, hiredis.PushNotification)
+
+
+class RespParser:
+    """Incremental RESP2/RESP3 parser over :class:`hiredis.Reader`.
+
+    Feed each chunk as it is received with :meth:`feed` and drain it with
+    :meth:`next_reply` until :data:`NEED_DATA` (feeding one huge buffer is quadratic in
+    hiredis). Error replies are returned as :class:`ResponseError` instances; push frames as
+    :class:`PushNotification`. A malformed stream raises :class:`ProtocolError`, and the
+    parser then stays broken (``broken`` is True): the connection must be discarded.
+
+    :param encoding: ``None`` to get ``bytes`` for every string type, or a codec name such as
+        ``"utf-8"`` to get ``str`` (``decode_responses``).
+    """
+
+    __slots__ = ("_reader", "broken", "encoding")
+
+    def __init__(self, encoding: str | None = None) -> None:
+        self.encoding = encoding
+        self.broken = False
+        kwargs: dict[str, Any] = {
+            "protocolError": ProtocolError,
+            "replyError": response_error,
+            "notEnoughData": NEED_DATA,
+        }
+        if encoding is not None:
+            kwargs["encoding"] = encoding
+            kwargs["errors"] = "strict"
+        self._reader = hiredis.Reader(**kwargs)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes to the parser's buffer."""
+        self._reader.feed(data)
+
+    def next_reply(self) -> RespValue:
+        """Return the next whole reply, or :data:`NEED_DATA` when more bytes are needed.
+
+        :raises ProtocolError: the bytes are not valid RESP (or hiredis failed on them);
+            the parser is broken from then on.
+        :raises UnicodeDecodeError: with an ``encoding``, a string did not decode; the reply
+            is skipped and the parser stays usable.
+        """
+        if self.broken:
+            raise ProtocolError("the RESP parser failed earlier; the connection is unusable")
+        try:
+            return self._reader.gets()
+        except UnicodeDecodeError:
+            raise
+        except ProtocolError:
+            self.broken = True
+            raise
+        except Exception as exc:  # hiredis fatal states (TypeError on unhashable keys, ...)
+            self.broken = True
+            raise ProtocolError(f"malformed RESP reply: {exc!r}") from exc
+
+    def has_data(self) -> bool:
+        """True when unconsumed bytes are buffered (possibly a partial reply)."""
+        return bool(self._reader.has_data())
