@@ -14,14 +14,17 @@ __all__ = [
     "AuthenticationError",
     "AuthorizationError",
     "BusyError",
+    "CircuitBreakerOpenError",
     "ClusterDownError",
     "ConnectionBusyError",
     "ConnectionClosedError",
     "ConnectionError",
     "DataError",
     "ExecAbortError",
+    "HandoffDialError",
     "HandoffError",
     "HandoffQueueFullError",
+    "HandoffRetriesExhaustedError",
     "LoadingError",
     "MaintenanceNotSupportedError",
     "MovedError",
@@ -215,3 +218,24 @@ def response_error(message: str) -> ResponseError:
         else:
             cls = ResponseError
     return cls(message)
+
+
+class HandoffDialError(HandoffError):
+    """The new endpoint of a handoff could not be reached (refused, unreachable, timed out,
+    TLS failure).
+
+    Raised by the ``perform`` callable given to :class:`~trio_maint.HandoffManager`; the
+    manager treats it as retryable (with backoff, up to ``max_handoff_retries`` attempts)
+    and records it in the endpoint's circuit breaker, as Redis's MOVING handling does
+    (see docs/maintenance.md). Chain the original error with ``raise ... from exc``.
+    """
+
+
+class CircuitBreakerOpenError(HandoffError):
+    """A handoff was refused without dialing because the target endpoint's circuit breaker
+    is open (too many recent dial failures); see docs/maintenance.md."""
+
+
+class HandoffRetriesExhaustedError(HandoffError):
+    """Every allowed dial attempt of a handoff failed (``max_handoff_retries``); the last
+    :class:`HandoffDialError` is the ``__cause__``."""
