@@ -44,3 +44,16 @@ from ._errors import (
 )
 
 __version__ = "0.1.0"
+
+from ._client import Redis as Redis, open_redis as open_redis
+from ._commands import parse_info as parse_info
+from ._connection import Connection as Connection
+from ._options import ClientOptions as ClientOptions, parse_url as parse_url
+from ._pipeline import Pipeline as Pipeline
+from ._pool import (
+    ConnectionPool as ConnectionPool,
+    Disposition as Disposition,
+    PoolHook as PoolHook,
+    PoolStats as PoolStats,
+)
+from ._pubsub import Message as Message, PubSub as PubSub

@@ -1,0 +1,231 @@
+"""The client: :func:`open_redis` and :class:`Redis`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from ._commands import Callback, CommandsMixin, KeyT
+from ._connection import UNSET, Connection
+from ._errors import RedisError
+from ._options import ClientOptions
+from ._pipeline import Pipeline
+from ._pool import ConnectionPool
+from ._pubsub import PubSub
+from ._resp import CommandArg
+
+__all__ = ["Redis", "open_redis"]
+
+logger = logging.getLogger("trio_maint.client")
+
+
+def _require_trio(name: str) -> None:
+    if not trio.lowlevel.in_trio_run():
+        raise RuntimeError(
+            f"{name} must be used inside a Trio run (trio.run, or anyio.run(..., "
+            "backend='trio')); trio_maint does not run on asyncio"
+        )
+
+
+class Redis(CommandsMixin[Awaitable[Any]]):
+    """A Redis client over a bounded connection pool. Get one from :func:`open_redis`.
+
+    Every command method is a coroutine returning the reply (see
+    :mod:`trio_maint._commands` for the shapes). Errors: :class:`~trio_maint.ResponseError`
+    (and subclasses) for error replies; :class:`~trio_maint.ConnectionError`,
+    :class:`~trio_maint.TimeoutError`, :class:`~trio_maint.ProtocolError` for transport
+    failures (the connection concerned is discarded);
+    :class:`~trio_maint.PoolTimeoutError` when no connection is free in time;
+    :class:`~trio_maint.DataError` for arguments that cannot be encoded.
+    """
+
+    def __init__(self, options: ClientOptions, pool: ConnectionPool) -> None:
+        self.options = options
+        self.pool = pool
+
+    def __repr__(self) -> str:
+        return f"<Redis {self.options.address_text} db={self.options.db}>"
+
+    async def execute_command(
+        self, *args: CommandArg, timeout: float | None | object = UNSET
+    ) -> Any:
+        """Run any command and return its reply.
+
+        :param args: the command name and arguments (``str``, ``bytes``, ``int``, ``float``).
+        :param timeout: seconds to wait for the reply (``None`` = forever); default the
+            client's ``socket_timeout``.
+        :raises ResponseError: the server answered with an error (connection kept).
+        :raises DataError: an argument cannot be encoded (nothing was sent).
+        :raises ConnectionError, TimeoutError, ProtocolError: the connection failed and was
+            discarded.
+        :raises PoolTimeoutError: no connection became free within ``pool_timeout``.
+        """
+        pool = self.pool
+        conn = await pool.acquire()
+        try:
+            reply = await conn.execute(args, timeout=timeout)  # type: ignore[arg-type]
+        finally:
+            pool.release(conn)
+        if isinstance(reply, RedisError):
+            raise reply
+        return reply
+
+    async def _command(
+        self,
+        args: tuple[CommandArg, ...],
+        callback: Callback | None = None,
+        *,
+        timeout: float | None | object = ...,
+    ) -> Any:
+        pool = self.pool
+        conn = await pool.acquire()
+        try:
+            reply = await conn.execute(args, timeout=UNSET if timeout is ... else timeout)  # type: ignore[arg-type]
+        finally:
+            pool.release(conn)
+        if isinstance(reply, RedisError):
+            raise reply
+        return reply if callback is None else callback(reply)
+
+    def _blocking_timeout(self, timeout: float) -> float | None:
+        if not timeout:
+            return None
+        return float(timeout) + (self.options.socket_timeout or 0.0)
+
+    def pipeline(self, transaction: bool = True) -> Pipeline:
+        """A new :class:`~trio_maint.Pipeline`; ``transaction=True`` wraps its commands in
+        ``MULTI``/``EXEC``."""
+        return Pipeline(self, transaction)
+
+    def pubsub(self, *, ignore_subscribe_messages: bool = False) -> PubSub:
+        """A new :class:`~trio_maint.PubSub` on a dedicated connection; use it as
+        ``async with r.pubsub() as ps:``."""
+        return PubSub(self.options, ignore_subscribe_messages=ignore_subscribe_messages)
+
+    async def scan_iter(
+        self,
+        match: KeyT | None = None,
+        count: int | None = None,
+        type: str | None = None,
+    ) -> AsyncIterator[Any]:
+        """Iterate over every key (``SCAN`` cursor by cursor), optionally filtered by a
+        ``MATCH`` pattern and a ``TYPE``. As SCAN, a key may be yielded more than once if
+        the keyspace changes meanwhile."""
+        cursor = 0
+        while True:
+            cursor, keys = await self.scan(cursor, match=match, count=count, type=type)
+            for key in keys:
+                yield key
+            if cursor == 0:
+                return
+
+    async def transaction(self, func: Any, *watches: KeyT, value_from_callable: bool = False) -> Any:
+        """Run ``await func(pipe)`` in a WATCH/MULTI/EXEC loop until it commits without a
+        :class:`~trio_maint.WatchError` (as redis-py's ``transaction``); ``func`` reads with
+        ``pipe.immediate_execute_command`` and queues after ``pipe.multi()``.
+
+        :returns: the ``EXEC`` results, or ``func``'s return value with
+            ``value_from_callable``.
+        """
+        from ._errors import WatchError
+
+        while True:
+            async with self.pipeline(True) as pipe:
+                try:
+                    if watches:
+                        await pipe.watch(*watches)
+                    value = await func(pipe)
+                    results = await pipe.execute()
+                    return value if value_from_callable else results
+                except WatchError:
+                    continue
+
+    @property
+    def closed(self) -> bool:
+        """True once the client's ``async with`` block has exited."""
+        return self.pool.closed
+
+
+def _flatten(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            leaves.extend(_flatten(exc))
+        else:
+            leaves.append(exc)
+    return leaves
+
+
+def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The single meaningful exception of an internal nursery's group (ignoring
+    ``trio.Cancelled`` when something else is there), or the group itself."""
+    leaves = _flatten(group)
+    real = [e for e in leaves if not isinstance(e, trio.Cancelled)] or leaves
+    if len(real) == 1:
+        return real[0]
+    return group
+
+
+async def _dial(options: ClientOptions) -> Connection:
+    return await Connection.open(options)
+
+
+@asynccontextmanager
+async def open_redis(
+    url: str | ClientOptions | None = None, /, **options: Any
+) -> AsyncIterator[Redis]:
+    """Open a Redis client that owns a nursery: ``async with open_redis(url) as r:``.
+
+    :param url: a Redis URL (``redis://[[user]:password@]host[:port][/db]``,
+        ``rediss://...``, ``unix:///path?db=N``), a :class:`ClientOptions`, or ``None``
+        for ``redis://localhost:6379``.
+    :param options: :class:`ClientOptions` fields, overriding the URL's.
+    :returns: an async context manager yielding a :class:`Redis`. Nothing the client
+        started outlives the block; connections are closed on exit.
+    :raises RuntimeError: not inside a Trio run.
+    :raises ValueError: a bad URL or option.
+
+    Connections are made lazily: the first command dials.
+    """
+    _require_trio("open_redis()")
+    if isinstance(url, ClientOptions):
+        opts = attrs_evolve(url, options)
+    elif url is None:
+        opts = ClientOptions(**options)
+    else:
+        opts = ClientOptions.from_url(url, **options)
+
+    async def dial() -> Connection:
+        return await _dial(opts)
+
+    pool = ConnectionPool(
+        dial,
+        pool_size=opts.pool_size,
+        max_active_conns=opts.max_active_conns,
+        min_idle_conns=opts.min_idle_conns,
+        conn_max_idle_time=opts.conn_max_idle_time,
+        pool_timeout=opts.pool_timeout,
+    )
+    client = Redis(opts, pool)
+    try:
+        async with trio.open_nursery() as nursery:
+            if opts.min_idle_conns or opts.conn_max_idle_time is not None:
+                nursery.start_soon(pool.run_maintenance)
+            try:
+                yield client
+            finally:
+                pool.close()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise unwrap_group(group) from None
+
+
+def attrs_evolve(options: ClientOptions, changes: dict[str, Any]) -> ClientOptions:
+    """A copy of ``options`` with ``changes`` applied (validated)."""
+    import attrs
+
+    return attrs.evolve(options, **changes) if changes else options
