@@ -85,7 +85,7 @@ class Harness:
 
 
 async def wait_settled(manager: HandoffManager[FakeConn]) -> None:
-    while manager.stats().pending:
+    while manager.stats().pending:  # noqa: ASYNC110 - polling on the mock clock
         await trio.sleep(0.01)
 
 
@@ -95,11 +95,13 @@ async def test_successful_handoff_keeps_the_connection(autojump_clock: trio.abc.
     async with h.manager() as manager:
         assert manager.stats().workers == 0  # workers start on demand
         assert manager.queue_handoff_nowait(conn, NEW, 1001) is True
-        assert manager.is_pending(1) and manager.pending_seq_ids() == {1: 1001}
+        assert manager.is_pending(1)
+        assert manager.pending_seq_ids() == {1: 1001}
         await trio.sleep(0.1)
         assert manager.stats().running == 1
         await wait_settled(manager)
-        assert h.succeeded == [1] and h.failed == []
+        assert h.succeeded == [1]
+        assert h.failed == []
         assert conn.endpoint == NEW
         stats = manager.stats()
         assert (stats.completed, stats.failed, stats.pending) == (1, 0, 0)
@@ -222,11 +224,12 @@ async def test_queue_full_nowait_reports_through_on_failure(
         start = trio.current_time()
         assert manager.queue_handoff_nowait(FakeConn(3), NEW, 1) is True
         assert manager.is_pending(3)
-        while not h.failed:
+        while not h.failed:  # noqa: ASYNC110
             await trio.sleep(0.01)
         assert trio.current_time() - start == pytest.approx(0.1, abs=0.02)
         [(conn_id, error)] = h.failed
-        assert conn_id == 3 and isinstance(error, HandoffQueueFullError)
+        assert conn_id == 3
+        assert isinstance(error, HandoffQueueFullError)
         assert str(error) == QUEUE_FULL_MESSAGE
         assert manager.stats().queue_full == 1
         await wait_settled(manager)
@@ -255,7 +258,8 @@ async def test_queue_full_async_gets_room_within_grace(autojump_clock: trio.abc.
         manager.queue_handoff_nowait(FakeConn(2), NEW, 1)
         assert await manager.queue_handoff(FakeConn(3), NEW, 1) is True
         await wait_settled(manager)
-    assert h.succeeded == [1, 2, 3] and h.failed == []
+    assert h.succeeded == [1, 2, 3]
+    assert h.failed == []
 
 
 async def test_duplicate_and_stale_requests_are_merged(autojump_clock: trio.abc.Clock) -> None:
@@ -268,7 +272,8 @@ async def test_duplicate_and_stale_requests_are_merged(autojump_clock: trio.abc.
         assert manager.pending_seq_ids() == {1: 5}
         await wait_settled(manager)
     assert [call[1] for call in h.calls] == [NEW]
-    assert h.succeeded == [1] and conn.endpoint == NEW
+    assert h.succeeded == [1]
+    assert conn.endpoint == NEW
 
 
 async def test_newer_moving_while_queued_retargets(autojump_clock: trio.abc.Clock) -> None:
@@ -328,13 +333,15 @@ async def test_shutdown_fails_everything_still_owned(autojump_clock: trio.abc.Cl
         assert h.failed == []
     assert sorted(c for c, _ in h.failed) == [1, 2]
     assert all(isinstance(e, ConnectionClosedError) for _, e in h.failed)
-    assert manager.closed and manager.stats().pending == 0
+    assert manager.closed
+    assert manager.stats().pending == 0
     with pytest.raises(ConnectionClosedError):
         manager.queue_handoff_nowait(FakeConn(3), NEW, 1)
     with pytest.raises(ConnectionClosedError):
         await manager.queue_handoff(FakeConn(3), NEW, 1)
     await trio.sleep(60)  # nothing acts after close
-    assert len(h.failed) == 2 and h.succeeded == []
+    assert len(h.failed) == 2
+    assert h.succeeded == []
 
 
 async def test_shutdown_during_retry_wait(autojump_clock: trio.abc.Clock) -> None:
@@ -360,7 +367,8 @@ async def test_cancel_handoff_withdraws_silently(autojump_clock: trio.abc.Clock)
         assert not manager.is_pending(1)
         await trio.sleep(10)
         assert manager.stats().running == 0
-    assert h.succeeded == [] and h.failed == []
+    assert h.succeeded == []
+    assert h.failed == []
 
 
 async def test_schedule_handoff_claims_then_queues(autojump_clock: trio.abc.Clock) -> None:
@@ -377,12 +385,14 @@ async def test_schedule_handoff_claims_then_queues(autojump_clock: trio.abc.Cloc
         manager.schedule_handoff(FakeConn(2), OLD, 7, delay=7.5, claim=claim)
         assert manager.stats().scheduled == 2
         await trio.sleep(7.4)
-        assert claimed == [] and not manager.is_pending(1)
+        assert claimed == []
+        assert not manager.is_pending(1)
         await trio.sleep(0.2)
         assert sorted(claimed) == [1, 2]
         await wait_settled(manager)
         assert h.calls[0][2] - start == pytest.approx(7.5)
-    assert h.succeeded == [1] and h.failed == []
+    assert h.succeeded == [1]
+    assert h.failed == []
 
 
 async def test_schedule_handoff_newer_seq_replaces_and_close_cancels(
