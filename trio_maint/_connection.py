@@ -110,9 +110,11 @@ async def open_stream(
             await trio.aclose_forcefully(tcp)
             raise
         return tls
+    except RedisError:
+        raise
     except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
         where = unix_path if unix_path is not None else f"{host}:{port}"
-        raise ConnectionError(f"cannot connect to {where}: {exc}") from exc
+        raise ConnectionError(f"cannot connect to {where}: {_describe(exc)}") from exc
 
 
 class Connection:
@@ -465,8 +467,12 @@ class Connection:
                 await stream.send_all(data)
             if scope.cancelled_caught:
                 raise TimeoutError(f"writing to {self.endpoint_text} timed out")
+        except RedisError:
+            raise
         except (trio.BrokenResourceError, OSError) as exc:
-            raise ConnectionError(f"lost connection to {self.endpoint_text}: {exc}") from exc
+            raise ConnectionError(
+                f"lost connection to {self.endpoint_text}: {_describe(exc)}"
+            ) from exc
         except trio.ClosedResourceError as exc:
             raise ConnectionClosedError(f"connection {self.id} was closed") from exc
 
@@ -508,8 +514,12 @@ class Connection:
                     raise TimeoutError(
                         f"no reply from {self.endpoint_text} within the socket timeout"
                     )
+        except RedisError:
+            raise
         except (trio.BrokenResourceError, OSError) as exc:
-            raise ConnectionError(f"lost connection to {self.endpoint_text}: {exc}") from exc
+            raise ConnectionError(
+                f"lost connection to {self.endpoint_text}: {_describe(exc)}"
+            ) from exc
         except trio.ClosedResourceError as exc:
             raise ConnectionClosedError(f"connection {self.id} was closed") from exc
         if not data:
@@ -575,6 +585,17 @@ class Connection:
             self._receiving = False
         await trio.lowlevel.checkpoint()
         return self.usable
+
+
+def _describe(exc: BaseException) -> str:
+    """A useful message for ``exc``, looking into its cause (trio's BrokenResourceError
+    wraps the real ``OSError``/``SSLError`` without a message of its own)."""
+    text = str(exc)
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and (not text or isinstance(exc, trio.BrokenResourceError)):
+        inner = _describe(cause)
+        return f"{text}: {inner}" if text else inner
+    return text or type(exc).__name__
 
 
 def _close_stream(stream: trio.abc.Stream) -> None:
