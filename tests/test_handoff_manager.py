@@ -453,3 +453,59 @@ async def test_config_is_resolved_from_the_pool() -> None:
     assert manager.config.max_workers == 33
     assert manager.config.handoff_queue_size == 151
     assert manager.stats().queue_capacity == 151
+
+
+async def test_queue_handoff_checkpoints() -> None:
+    h = Harness()
+    async with h.manager() as manager:
+        with trio.testing.assert_checkpoints():
+            await manager.queue_handoff(FakeConn(1), NEW, 1)
+        with trio.testing.assert_checkpoints():
+            await manager.queue_handoff(FakeConn(1), NEW, 1)
+
+
+async def test_cancelled_caller_keeps_the_connection(autojump_clock: trio.abc.Clock) -> None:
+    h = Harness(duration=10.0)
+    config = MaintConfig(max_workers=1, handoff_queue_size=1)
+    async with h.manager(config) as manager:
+        manager.queue_handoff_nowait(FakeConn(1), NEW, 1)
+        await trio.sleep(0.01)
+        manager.queue_handoff_nowait(FakeConn(2), NEW, 1)
+        with trio.move_on_after(0.05):
+            await manager.queue_handoff(FakeConn(3), NEW, 1)
+        assert not manager.is_pending(3)
+        await trio.sleep(1.0)
+        assert h.failed == []  # withdrawn, not failed: the caller still owns conn 3
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await manager.queue_handoff(FakeConn(4), NEW, 1)
+        assert not manager.is_pending(4)  # cancelled before anything happened
+
+
+async def test_cancel_handoff_while_waiting_for_room(autojump_clock: trio.abc.Clock) -> None:
+    h = Harness(duration=10.0)
+    config = MaintConfig(max_workers=1, handoff_queue_size=1)
+    async with h.manager(config) as manager:
+        manager.queue_handoff_nowait(FakeConn(1), NEW, 1)
+        await trio.sleep(0.01)
+        manager.queue_handoff_nowait(FakeConn(2), NEW, 1)
+        manager.queue_handoff_nowait(FakeConn(3), NEW, 1)
+        await trio.sleep(0.01)
+        assert manager.cancel_handoff(3)
+        await trio.sleep(1.0)
+        assert h.failed == []
+        assert manager.stats().queue_full == 0
+
+
+async def test_shutdown_returns_half_open_trial_slot(autojump_clock: trio.abc.Clock) -> None:
+    registry = BreakerRegistry(failure_threshold=1, reset_timeout=5.0, max_requests=1)
+    breaker = registry.get(NEW, trio.current_time())
+    breaker.record_failure(trio.current_time())
+    await trio.sleep(5.0)
+    h = Harness(duration=math.inf)
+    async with h.manager(MaintConfig(handoff_timeout=100.0), breakers=registry) as manager:
+        manager.queue_handoff_nowait(FakeConn(1), NEW, 1)
+        await trio.sleep(1.0)
+        assert breaker.state is BreakerState.HALF_OPEN
+        assert breaker.stats().requests == 1
+    assert breaker.stats().requests == 0

@@ -167,6 +167,10 @@ class HandoffManager(Generic[ConnT]):
       ``on_failure(conn, ConnectionClosedError)`` for every connection still owned.
       Nothing runs afterwards.
 
+    * ``perform`` is also where the owner applies the post-handoff relaxation
+      (``config.post_handoff_relaxed_duration``) to the connection's timeouts, after the
+      dial and before the handshake.
+
     Callbacks are synchronous and must not block; an exception they raise is logged and
     ignored.
 
@@ -309,11 +313,12 @@ class HandoffManager(Generic[ConnT]):
         If the calling task is cancelled while waiting, the request is withdrawn and
         ``conn`` stays the caller's.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         existing = self._pending.get(conn.id)
         if existing is not None:
             self._merge(existing, endpoint, seq_id)
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return False
         job = _Job(conn, endpoint, seq_id, _Phase.QUEUED)
         self._pending[conn.id] = job
@@ -327,7 +332,7 @@ class HandoffManager(Generic[ConnT]):
                 raise HandoffQueueFullError(QUEUE_FULL_MESSAGE) from None
             return True
         self._ensure_workers()
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.cancel_shielded_checkpoint()
         return True
 
     async def _grace_send(self, job: _Job[ConnT], caller_owned: bool = False) -> bool:
@@ -340,8 +345,9 @@ class HandoffManager(Generic[ConnT]):
                         await self._send.send(job)
                     except (trio.ClosedResourceError, trio.BrokenResourceError):
                         return True  # closing: the shutdown reports the job
-                    job.phase = _Phase.QUEUED
-                    job.scope = None
+                    if job.phase is _Phase.WAITING_ROOM:  # a worker may have it already
+                        job.phase = _Phase.QUEUED
+                        job.scope = None
                     return True
         except BaseException:
             if caller_owned and not job.done and self._pending.get(job.conn.id) is job:
@@ -550,6 +556,9 @@ class HandoffManager(Generic[ConnT]):
                         await self._perform(job.conn, endpoint)
                     except Exception as exc:
                         error = exc
+                    except BaseException:  # shutdown: no verdict on the endpoint
+                        breaker.release()
+                        raise
             job.scope = None
             if _withdrawn(job):  # by cancel_handoff while performing
                 breaker.release()
