@@ -5,6 +5,8 @@ from __future__ import annotations
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
+import trio
+
 from ._commands import Callback, CommandsMixin, KeyT
 from ._connection import Connection
 from ._errors import (
@@ -57,6 +59,7 @@ class Pipeline(CommandsMixin["Pipeline"]):
         return True
 
     async def __aenter__(self) -> Self:
+        await trio.lowlevel.checkpoint()
         return self
 
     async def __aexit__(
@@ -155,6 +158,7 @@ class Pipeline(CommandsMixin["Pipeline"]):
         stack, self._stack = self._stack, []
         try:
             if not stack and not self.watching:
+                await trio.lowlevel.checkpoint()
                 return []
             if self.transaction or self._explicit_multi:
                 return await self._execute_transaction(stack, raise_on_error)

@@ -99,6 +99,7 @@ class PubSub:
         return bool(self.channels or self.patterns or self.shard_channels)
 
     async def __aenter__(self) -> Self:
+        await trio.lowlevel.checkpoint()
         return self
 
     async def __aexit__(
