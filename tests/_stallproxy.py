@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-
-import functools
 
 import trio
 
@@ -56,7 +55,9 @@ async def open_stall_proxy(host: str, port: int) -> AsyncIterator[StallProxy]:
     proxy = StallProxy()
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(
-            functools.partial(trio.serve_tcp, lambda s: proxy._handle(s, host, port), 0, host="127.0.0.1")
+            functools.partial(
+                trio.serve_tcp, lambda s: proxy._handle(s, host, port), 0, host="127.0.0.1"
+            )
         )
         proxy.port = listeners[0].socket.getsockname()[1]
         try:
@@ -75,7 +76,9 @@ async def open_silent_server() -> AsyncIterator[int]:
         await trio.sleep_forever()
 
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1")
+        )
         try:
             yield listeners[0].socket.getsockname()[1]
         finally:
@@ -96,7 +99,9 @@ async def open_scripted_server(reply: bytes) -> AsyncIterator[int]:
                 pass
 
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1")
+        )
         try:
             yield listeners[0].socket.getsockname()[1]
         finally:

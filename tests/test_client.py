@@ -109,7 +109,7 @@ async def test_server_commands(r: trio_maint.Redis) -> None:
     info = await r.info("server")
     assert info["redis_version"].startswith(("6", "7", "8"))
     assert isinstance(info["tcp_port"], int)
-    seconds, micros = await r.time()
+    seconds, _micros = await r.time()
     assert seconds > 1_600_000_000
     assert await r.flushdb() is True
 
@@ -325,4 +325,3 @@ async def test_cancellation_of_the_block(redis_url: str) -> None:
             await r.execute_command("BLPOP", "never", "0")
     assert scope.cancelled_caught
     assert all(c.closed for c in r.pool.connections)
-

@@ -165,7 +165,9 @@ async def test_connect_timeout_on_silent_server() -> None:
     async with open_silent_server() as port:
         with trio.fail_after(5):
             with pytest.raises(TimeoutError, match="connecting"):
-                await Connection.open(ClientOptions(host="127.0.0.1", port=port, connect_timeout=0.2))
+                await Connection.open(
+                    ClientOptions(host="127.0.0.1", port=port, connect_timeout=0.2)
+                )
 
 
 async def test_blocking_pop_zero_waits_without_socket_timeout(redis_url: str) -> None:
@@ -210,7 +212,9 @@ async def test_cancel_during_handshake_discards_connection(redis_url: str) -> No
 async def test_cancel_during_send_discards_connection(redis_url: str) -> None:
     host, port = redis_url.split("//")[1].split("/")[0].split(":")
     async with open_stall_proxy(host, int(port)) as proxy:
-        async with trio_maint.open_redis(f"redis://127.0.0.1:{proxy.port}/9", socket_timeout=None) as r:
+        async with trio_maint.open_redis(
+            f"redis://127.0.0.1:{proxy.port}/9", socket_timeout=None
+        ) as r:
             await r.set("big", "0")
             [conn] = r.pool.connections
             proxy.stall()

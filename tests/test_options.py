@@ -13,7 +13,10 @@ from trio_maint import ClientOptions, parse_url
         ("redis://localhost", {"host": "localhost"}),
         ("redis://h:6380/2", {"host": "h", "port": 6380, "db": 2}),
         ("redis://:pw@h", {"host": "h", "password": "pw"}),
-        ("redis://user:p%40ss@h:1/0", {"host": "h", "port": 1, "db": 0, "username": "user", "password": "p@ss"}),
+        (
+            "redis://user:p%40ss@h:1/0",
+            {"host": "h", "port": 1, "db": 0, "username": "user", "password": "p@ss"},
+        ),
         ("rediss://h", {"host": "h", "ssl": True}),
         ("unix:///tmp/redis.sock?db=3", {"unix_path": "/tmp/redis.sock", "db": 3}),
         ("redis://[::1]:7000", {"host": "::1", "port": 7000}),

@@ -89,6 +89,7 @@ def test_decode_error_skips_one_reply_only() -> None:
 
 # --------------------------------------------------------------- property test
 
+
 def _blob(b: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(b), b)
 
@@ -114,10 +115,16 @@ leaves = st.one_of(
 
 def _aggregates(children: Any) -> Any:
     arrays = st.lists(children, max_size=5).map(
-        lambda items: (b"*%d\r\n" % len(items) + b"".join(w for w, _ in items), [v for _, v in items])
+        lambda items: (
+            b"*%d\r\n" % len(items) + b"".join(w for w, _ in items),
+            [v for _, v in items],
+        )
     )
     sets = st.lists(children, max_size=5).map(
-        lambda items: (b"~%d\r\n" % len(items) + b"".join(w for w, _ in items), [v for _, v in items])
+        lambda items: (
+            b"~%d\r\n" % len(items) + b"".join(w for w, _ in items),
+            [v for _, v in items],
+        )
     )
     maps = st.dictionaries(st.binary(max_size=8), children, max_size=4).map(
         lambda d: (

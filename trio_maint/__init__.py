@@ -15,45 +15,106 @@ from __future__ import annotations
 
 from ._errors import (
     AskError as AskError,
+)
+from ._errors import (
     AuthenticationError as AuthenticationError,
+)
+from ._errors import (
     AuthorizationError as AuthorizationError,
+)
+from ._errors import (
     BusyError as BusyError,
+)
+from ._errors import (
     ClusterDownError as ClusterDownError,
+)
+from ._errors import (
     ConnectionBusyError as ConnectionBusyError,
+)
+from ._errors import (
     ConnectionClosedError as ConnectionClosedError,
+)
+from ._errors import (
     ConnectionError as ConnectionError,
+)
+from ._errors import (
     DataError as DataError,
+)
+from ._errors import (
     ExecAbortError as ExecAbortError,
+)
+from ._errors import (
     HandoffError as HandoffError,
+)
+from ._errors import (
     HandoffQueueFullError as HandoffQueueFullError,
+)
+from ._errors import (
     LoadingError as LoadingError,
+)
+from ._errors import (
     MaintenanceNotSupportedError as MaintenanceNotSupportedError,
+)
+from ._errors import (
     MovedError as MovedError,
+)
+from ._errors import (
     NoPermissionError as NoPermissionError,
+)
+from ._errors import (
     NoScriptError as NoScriptError,
+)
+from ._errors import (
     OutOfMemoryError as OutOfMemoryError,
+)
+from ._errors import (
     PoolTimeoutError as PoolTimeoutError,
+)
+from ._errors import (
     ProtocolError as ProtocolError,
+)
+from ._errors import (
     ReadOnlyError as ReadOnlyError,
+)
+from ._errors import (
     RedisError as RedisError,
+)
+from ._errors import (
     ResponseError as ResponseError,
+)
+from ._errors import (
     TimeoutError as TimeoutError,
+)
+from ._errors import (
     TryAgainError as TryAgainError,
+)
+from ._errors import (
     WatchError as WatchError,
+)
+from ._errors import (
     WrongTypeError as WrongTypeError,
 )
 
 __version__ = "0.1.0"
 
-from ._client import Redis as Redis, open_redis as open_redis
+from ._client import Redis as Redis
+from ._client import open_redis as open_redis
 from ._commands import parse_info as parse_info
 from ._connection import Connection as Connection
-from ._options import ClientOptions as ClientOptions, parse_url as parse_url
+from ._options import ClientOptions as ClientOptions
+from ._options import parse_url as parse_url
 from ._pipeline import Pipeline as Pipeline
 from ._pool import (
     ConnectionPool as ConnectionPool,
+)
+from ._pool import (
     Disposition as Disposition,
+)
+from ._pool import (
     PoolHook as PoolHook,
+)
+from ._pool import (
     PoolStats as PoolStats,
 )
-from ._pubsub import Message as Message, PubSub as PubSub
+from ._pubsub import Message as Message
+from ._pubsub import PubSub as PubSub

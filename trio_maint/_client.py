@@ -51,7 +51,7 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         return f"<Redis {self.options.address_text} db={self.options.db}>"
 
     async def execute_command(
-        self, *args: CommandArg, timeout: float | None | object = UNSET
+        self, *args: CommandArg, timeout: float | object | None = UNSET
     ) -> Any:
         """Run any command and return its reply.
 
@@ -79,7 +79,7 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         args: tuple[CommandArg, ...],
         callback: Callback | None = None,
         *,
-        timeout: float | None | object = ...,
+        timeout: float | object | None = ...,
     ) -> Any:
         pool = self.pool
         conn = await pool.acquire()
@@ -123,7 +123,9 @@ class Redis(CommandsMixin[Awaitable[Any]]):
             if cursor == 0:
                 return
 
-    async def transaction(self, func: Any, *watches: KeyT, value_from_callable: bool = False) -> Any:
+    async def transaction(
+        self, func: Any, *watches: KeyT, value_from_callable: bool = False
+    ) -> Any:
         """Run ``await func(pipe)`` in a WATCH/MULTI/EXEC loop until it commits without a
         :class:`~trio_maint.WatchError` (as redis-py's ``transaction``); ``func`` reads with
         ``pipe.immediate_execute_command`` and queues after ``pipe.multi()``.

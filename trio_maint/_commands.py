@@ -102,7 +102,7 @@ class CommandsMixin(Generic[T]):
         args: tuple[CommandArg, ...],
         callback: Callback | None = None,
         *,
-        timeout: float | None | object = ...,
+        timeout: float | object | None = ...,
     ) -> T:
         raise NotImplementedError
 
@@ -462,17 +462,13 @@ class CommandsMixin(Generic[T]):
             plus its socket timeout.
         """
         names = [keys] if isinstance(keys, str | bytes) else list(keys)
-        return self._command(
-            ("BLPOP", *names, timeout), timeout=self._blocking_timeout(timeout)
-        )
+        return self._command(("BLPOP", *names, timeout), timeout=self._blocking_timeout(timeout))
 
     def brpop(self, keys: KeyT | Iterable[KeyT], timeout: float = 0) -> T:
         """``BRPOP key [key ...] timeout`` → ``[key, value]`` or ``None`` (see
         :meth:`blpop` for ``timeout``)."""
         names = [keys] if isinstance(keys, str | bytes) else list(keys)
-        return self._command(
-            ("BRPOP", *names, timeout), timeout=self._blocking_timeout(timeout)
-        )
+        return self._command(("BRPOP", *names, timeout), timeout=self._blocking_timeout(timeout))
 
     def blmove(
         self,
@@ -639,9 +635,7 @@ class CommandsMixin(Generic[T]):
         """``BZPOPMIN key [key ...] timeout`` → ``[key, member, score]`` or ``None`` (see
         :meth:`blpop` for ``timeout``)."""
         names = [keys] if isinstance(keys, str | bytes) else list(keys)
-        return self._command(
-            ("BZPOPMIN", *names, timeout), timeout=self._blocking_timeout(timeout)
-        )
+        return self._command(("BZPOPMIN", *names, timeout), timeout=self._blocking_timeout(timeout))
 
 
 def _score_pairs(reply: Any) -> list[tuple[Any, float]]:

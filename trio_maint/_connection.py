@@ -322,7 +322,7 @@ class Connection:
 
     # ------------------------------------------------------------------ commands
 
-    def _configured_timeout(self, timeout: float | None | _Unset) -> float | None:
+    def _configured_timeout(self, timeout: float | _Unset | None) -> float | None:
         return self.options.socket_timeout if isinstance(timeout, _Unset) else timeout
 
     def _deadline(self, configured: float | None) -> float:
@@ -347,7 +347,7 @@ class Connection:
         return stream
 
     async def execute(
-        self, args: tuple[CommandArg, ...], *, timeout: float | None | _Unset = UNSET
+        self, args: tuple[CommandArg, ...], *, timeout: float | _Unset | None = UNSET
     ) -> RespValue:
         """Send one command and return its reply.
 
@@ -378,7 +378,7 @@ class Connection:
         self,
         commands: Sequence[tuple[CommandArg, ...]],
         *,
-        timeout: float | None | _Unset = UNSET,
+        timeout: float | _Unset | None = UNSET,
     ) -> list[RespValue]:
         """Send several commands in one write and return their replies in order
         (a pipeline). Error replies are values, as in :meth:`execute`.
@@ -400,7 +400,7 @@ class Connection:
             self._sending = self._receiving = False
 
     async def send_only(
-        self, args: tuple[CommandArg, ...], *, timeout: float | None | _Unset = UNSET
+        self, args: tuple[CommandArg, ...], *, timeout: float | _Unset | None = UNSET
     ) -> None:
         """Write a command without reading a reply (pub/sub, whose confirmations arrive as
         push frames). May run while another task is in :meth:`read_frame`.
@@ -565,9 +565,8 @@ class Connection:
             while True:
                 reply = self._next_parsed()
                 if reply is NEED_DATA:
-                    if not self._readable():
-                        if not self._parser.has_data():
-                            break
+                    if not self._readable() and not self._parser.has_data():
+                        break
                         # Part of a frame is buffered: wait for the rest, bounded.
                     await self._receive(deadline)
                     continue

@@ -48,7 +48,7 @@ class RedisError(Exception):
     """Base class of every error raised by trio_maint."""
 
 
-class ConnectionError(RedisError):  # noqa: A001 - the field's standard name
+class ConnectionError(RedisError):
     """The connection to the server failed, could not be made, or was lost.
 
     Raised when dialing fails (refused, unreachable, TLS failure), when the server closes
@@ -68,7 +68,7 @@ class ConnectionBusyError(RedisError):
     """
 
 
-class TimeoutError(RedisError, builtins.TimeoutError):  # noqa: A001
+class TimeoutError(RedisError, builtins.TimeoutError):
     """An operation did not finish within its timeout (connect, socket read/write, pool).
 
     Subclasses the builtin :class:`TimeoutError`, so ``except TimeoutError`` catches it.

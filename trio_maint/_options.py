@@ -8,8 +8,8 @@ timeouts, the pool and reply decoding.
 from __future__ import annotations
 
 import math
-import ssl
 from collections.abc import Callable, Mapping
+from ssl import SSLContext, create_default_context
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -18,9 +18,7 @@ import attrs
 __all__ = ["ClientOptions", "parse_url"]
 
 
-def _check_timeout(
-    instance: object, attribute: attrs.Attribute[float | None], value: float | None
-) -> None:
+def _check_timeout(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and (math.isnan(value) or value <= 0):
         raise ValueError(f"{attribute.name} must be a positive number of seconds or None")
 
@@ -77,7 +75,7 @@ class ClientOptions:
     password: str | None = attrs.field(default=None, repr=False)
     client_name: str | None = None
     ssl: bool = False
-    ssl_context: ssl.SSLContext | None = None
+    ssl_context: SSLContext | None = None
     ssl_server_hostname: str | None = None
     connect_timeout: float | None = attrs.field(
         default=5.0, converter=_optional_float, validator=_check_timeout
@@ -125,9 +123,9 @@ class ClientOptions:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
-    def make_ssl_context(self) -> ssl.SSLContext:
+    def make_ssl_context(self) -> SSLContext:
         """The TLS context to use: ``ssl_context`` or a default verifying context."""
-        return self.ssl_context if self.ssl_context is not None else ssl.create_default_context()
+        return self.ssl_context if self.ssl_context is not None else create_default_context()
 
     @classmethod
     def from_url(cls, url: str, **overrides: Any) -> ClientOptions:

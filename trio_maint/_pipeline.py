@@ -75,7 +75,7 @@ class Pipeline(CommandsMixin["Pipeline"]):
         args: tuple[CommandArg, ...],
         callback: Callback | None = None,
         *,
-        timeout: float | None | object = ...,
+        timeout: float | object | None = ...,
     ) -> Pipeline:
         self._stack.append((args, callback))
         return self

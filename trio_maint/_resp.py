@@ -69,7 +69,7 @@ def encode_command(args: tuple[CommandArg, ...]) -> bytes:
         the message names the argument's position and value.
     """
     try:
-        return hiredis.pack_command(args)  # type: ignore[no-any-return]
+        return hiredis.pack_command(args)  # type: ignore[arg-type,no-any-return]
     except (TypeError, UnicodeError):
         raise _describe_bad_arg(args) from None
 
@@ -117,7 +117,7 @@ class RespParser:
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes to the parser's buffer."""
-        self._reader.feed(data)
+        self._reader.feed(data)  # type: ignore[arg-type]
 
     def next_reply(self) -> RespValue:
         """Return the next whole reply, or :data:`NEED_DATA` when more bytes are needed.
