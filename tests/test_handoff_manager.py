@@ -85,7 +85,7 @@ class Harness:
 
 
 async def wait_settled(manager: HandoffManager[FakeConn]) -> None:
-    while manager.stats().pending:  # noqa: ASYNC110 - polling on the mock clock
+    while manager.stats().pending:
         await trio.sleep(0.01)
 
 
@@ -224,7 +224,7 @@ async def test_queue_full_nowait_reports_through_on_failure(
         start = trio.current_time()
         assert manager.queue_handoff_nowait(FakeConn(3), NEW, 1) is True
         assert manager.is_pending(3)
-        while not h.failed:  # noqa: ASYNC110
+        while not h.failed:
             await trio.sleep(0.01)
         assert trio.current_time() - start == pytest.approx(0.1, abs=0.02)
         [(conn_id, error)] = h.failed
