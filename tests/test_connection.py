@@ -100,6 +100,7 @@ async def test_wrong_password_is_authentication_error(auth_server: RedisServer) 
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisServer, int, Any]]:
     import trustme
+
     ca = trustme.CA()
     cert = ca.issue_cert("localhost", "127.0.0.1")
     d = tmp_path_factory.mktemp("tls")
