@@ -45,6 +45,9 @@ _ids = itertools.count(1)
 class _Unset:
     __slots__ = ()
 
+    def __repr__(self) -> str:
+        return "<default>"
+
 
 UNSET: Final = _Unset()
 
