@@ -606,7 +606,7 @@ async def test_nothing_leaks() -> None:
 
 
 async def test_body_exception_propagates_unwrapped(redis_server: RedisServer) -> None:
-    with pytest.raises(KeyError):
+    with trio.fail_after(TIMEOUT), pytest.raises(KeyError):
         async with MaintenanceSimulator(backend=redis_server):
             raise KeyError("boom")
 
