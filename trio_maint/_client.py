@@ -12,6 +12,7 @@ import trio
 from ._commands import Callback, CommandsMixin, KeyT
 from ._connection import UNSET, Connection
 from ._errors import RedisError
+from ._maintenance import MaintenanceHandler
 from ._options import ClientOptions
 from ._pipeline import Pipeline
 from ._pool import ConnectionPool
@@ -43,9 +44,17 @@ class Redis(CommandsMixin[Awaitable[Any]]):
     :class:`~trio_maint.DataError` for arguments that cannot be encoded.
     """
 
-    def __init__(self, options: ClientOptions, pool: ConnectionPool) -> None:
+    def __init__(
+        self,
+        options: ClientOptions,
+        pool: ConnectionPool,
+        maintenance: MaintenanceHandler | None = None,
+    ) -> None:
         self.options = options
         self.pool = pool
+        #: The :class:`~trio_maint.MaintenanceHandler`: ``.state``, ``.events()``,
+        #: ``.add_hook()`` (see docs/maintenance.md); ``None`` for a bare ``Redis``.
+        self.maintenance = maintenance
 
     def __repr__(self) -> str:
         return f"<Redis {self.options.address_text} db={self.options.db}>"
@@ -104,7 +113,17 @@ class Redis(CommandsMixin[Awaitable[Any]]):
     def pubsub(self, *, ignore_subscribe_messages: bool = False) -> PubSub:
         """A new :class:`~trio_maint.PubSub` on a dedicated connection; use it as
         ``async with r.pubsub() as ps:``."""
-        return PubSub(self.options, ignore_subscribe_messages=ignore_subscribe_messages)
+        handler = self.maintenance
+        if handler is None or not handler.config.enabled:
+            return PubSub(self.options, ignore_subscribe_messages=ignore_subscribe_messages)
+        link = handler.pubsub_link()
+        pubsub = PubSub(
+            self.options,
+            ignore_subscribe_messages=ignore_subscribe_messages,
+            connection_factory=link.connect,
+        )
+        link.attach(pubsub)
+        return pubsub
 
     async def scan_iter(
         self,
@@ -201,20 +220,20 @@ async def open_redis(
     else:
         opts = ClientOptions.from_url(url, **options)
 
-    async def dial() -> Connection:
-        return await _dial(opts)
-
+    handler = MaintenanceHandler(opts, opts.maintenance)
     pool = ConnectionPool(
-        dial,
+        handler.dial,
         pool_size=opts.pool_size,
         max_active_conns=opts.max_active_conns,
         min_idle_conns=opts.min_idle_conns,
         conn_max_idle_time=opts.conn_max_idle_time,
         pool_timeout=opts.pool_timeout,
     )
-    client = Redis(opts, pool)
+    handler.attach(pool)
+    client = Redis(opts, pool, handler)
     try:
-        async with trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery, handler:
+            # ``handler`` runs the pool's HandoffManager (its own nursery, nested here).
             if opts.min_idle_conns or opts.conn_max_idle_time is not None:
                 nursery.start_soon(pool.run_maintenance)
             try:

@@ -217,22 +217,28 @@ class Connection:
 
     # ----------------------------------------------------------------- connecting
 
-    async def connect(self) -> None:
+    async def connect(self, stream: trio.abc.Stream | None = None) -> None:
         """Dial and handshake, all within ``options.connect_timeout``.
 
+        :param stream: an already dialed stream to handshake on (a maintenance handoff
+            dials itself, to tell dial failures from handshake failures); it is owned by
+            the connection from the call on, and closed on failure.
         :raises ConnectionError: the dial or handshake failed (RESP3 refused, ...).
         :raises AuthenticationError: the credentials were refused.
         :raises TimeoutError: ``connect_timeout`` passed.
         """
         if self._stream is not None or self.closed:
+            if stream is not None:
+                _close_stream(stream)
             raise RuntimeError("connect() may be called once, on a new connection")
         timeout = self.options.connect_timeout
         deadline = _INF if timeout is None else trio.current_time() + timeout
         try:
             with trio.move_on_at(deadline) as scope:
-                stream = await open_stream(
-                    self.options, self.host, self.port, unix_path=self.unix_path
-                )
+                if stream is None:
+                    stream = await open_stream(
+                        self.options, self.host, self.port, unix_path=self.unix_path
+                    )
                 self._attach(stream)
                 await self._handshake()
             if scope.cancelled_caught:

@@ -15,6 +15,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
+from ._config import MaintConfig
+
 __all__ = ["ClientOptions", "parse_url"]
 
 
@@ -26,6 +28,11 @@ def _check_timeout(instance: object, attribute: attrs.Attribute[Any], value: Any
 def _check_non_negative(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value < 0:
         raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+def _check_maintenance(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not isinstance(value, MaintConfig):
+        raise TypeError(f"maintenance must be a MaintConfig or None, got {type(value).__name__}")
 
 
 def _optional_float(value: object) -> float | None:
@@ -93,7 +100,7 @@ class ClientOptions:
     pool_timeout: float | None = attrs.field(
         default=5.0, converter=_optional_float, validator=_check_timeout
     )
-    maintenance: Any = None
+    maintenance: MaintConfig | None = attrs.field(default=None, validator=_check_maintenance)
 
     @pool_size.validator
     def _check_pool_size(self, attribute: attrs.Attribute[int], value: int) -> None:

@@ -150,6 +150,10 @@ class ConnectionPool:
         """Every open connection the pool owns or lent (a new ``list``)."""
         return list(self._all.values())
 
+    def owns(self, conn: Connection) -> bool:
+        """Whether ``conn`` is one of this pool's open connections (``bool``)."""
+        return self._all.get(conn.id) is conn
+
     @property
     def idle_connections(self) -> list[Connection]:
         """The idle connections, most recently used last (a new ``list``)."""
@@ -310,8 +314,24 @@ class ConnectionPool:
         """Remove every idle connection from the idle list and hand them to the caller
         (a hook, e.g. for a proactive handoff after MOVING); the caller must later
         :meth:`give_back` or :meth:`discard` each."""
-        taken, self._idle = self._idle, []
+        # In place: an acquire in progress (its health check may run the push handler
+        # that calls this) holds a reference to the list and must see it emptied.
+        taken = list(self._idle)
+        self._idle.clear()
         return taken
+
+    @trio.lowlevel.enable_ki_protection
+    def claim_idle(self, conn: Connection) -> bool:
+        """Atomically take ``conn`` out of the idle list if it is there (a hook, e.g. a
+        delayed handoff); the caller must later :meth:`give_back` or :meth:`discard` it.
+
+        :returns: ``True`` if ``conn`` was idle and is now the caller's (``bool``).
+        """
+        try:
+            self._idle.remove(conn)
+        except ValueError:
+            return False
+        return True
 
     @trio.lowlevel.enable_ki_protection
     def discard(self, conn: Connection, reason: str) -> None:

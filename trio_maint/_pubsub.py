@@ -87,6 +87,7 @@ class PubSub:
         self._conn: Connection | None = None
         self._closed = False
         self._connect_lock = trio.Lock()
+        self._reconnect = False
 
     @property
     def connection(self) -> Connection | None:
@@ -118,10 +119,23 @@ class PubSub:
             conn.close_nowait()
         await trio.lowlevel.checkpoint()
 
+    def reconnect_soon(self) -> None:
+        """Replace the subscriber connection by a new one (from the connection factory)
+        before the next read or command, then :meth:`resubscribe` once. Synchronous; used
+        by the maintenance layer when the endpoint moves (MOVING)."""
+        self._reconnect = True
+
     async def _connection(self) -> Connection:
         if self._closed:
             raise ConnectionClosedError("this PubSub is closed")
+        moved = False
         async with self._connect_lock:
+            if self._reconnect:
+                self._reconnect = False
+                if self._conn is not None:
+                    self._conn.close_nowait()
+                    self._conn = None
+                    moved = True
             if self._conn is None or not self._conn.usable:
                 if self._conn is not None:
                     self._conn.close_nowait()
@@ -129,7 +143,10 @@ class PubSub:
                     self._conn = await self._factory()
                 else:
                     self._conn = await Connection.open(self._options)
-            return self._conn
+            conn = self._conn
+        if moved:
+            await self.resubscribe()
+        return conn
 
     async def _send(self, *args: Any) -> None:
         conn = await self._connection()
