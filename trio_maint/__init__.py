@@ -118,3 +118,46 @@ from ._pool import (
 )
 from ._pubsub import Message as Message
 from ._pubsub import PubSub as PubSub
+
+# isort: split
+# Maintenance notifications (docs/maintenance.md).
+from ._breaker import BreakerRegistry as BreakerRegistry
+from ._breaker import BreakerState as BreakerState
+from ._breaker import BreakerStats as BreakerStats
+from ._breaker import CircuitBreaker as CircuitBreaker
+from ._config import MaintConfig as MaintConfig
+from ._config import MaintMode as MaintMode
+from ._endpoint import Endpoint as Endpoint
+from ._endpoint import EndpointType as EndpointType
+from ._errors import CircuitBreakerOpenError as CircuitBreakerOpenError
+from ._errors import HandoffDialError as HandoffDialError
+from ._errors import HandoffRetriesExhaustedError as HandoffRetriesExhaustedError
+from ._handoff import HandoffManager as HandoffManager
+from ._handoff import HandoffStats as HandoffStats
+from ._maintenance import EventsDropped as EventsDropped
+from ._maintenance import EventStream as EventStream
+from ._maintenance import HandoffFailed as HandoffFailed
+from ._maintenance import HandoffQueued as HandoffQueued
+from ._maintenance import HandoffSucceeded as HandoffSucceeded
+from ._maintenance import Histogram as Histogram
+from ._maintenance import LoggingHook as LoggingHook
+from ._maintenance import MaintenanceDisabled as MaintenanceDisabled
+from ._maintenance import MaintenanceEvent as MaintenanceEvent
+from ._maintenance import MaintenanceHandler as MaintenanceHandler
+from ._maintenance import MaintenanceState as MaintenanceState
+from ._maintenance import MalformedNotification as MalformedNotification
+from ._maintenance import MetricsHook as MetricsHook
+from ._maintenance import MovingStarted as MovingStarted
+from ._maintenance import NotificationHook as NotificationHook
+from ._maintenance import NotificationReceived as NotificationReceived
+from ._notifications import FailedOver as FailedOver
+from ._notifications import FailingOver as FailingOver
+from ._notifications import Malformed as Malformed
+from ._notifications import Migrated as Migrated
+from ._notifications import Migrating as Migrating
+from ._notifications import Moving as Moving
+from ._notifications import Notification as Notification
+from ._notifications import SMigrated as SMigrated
+from ._notifications import SMigrating as SMigrating
+from ._notifications import parse_notification as parse_notification
+from ._timeouts import RelaxedTimeouts as RelaxedTimeouts
