@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from ._commands import Callback, CommandsMixin, KeyT
+from ._commands import Callback, CommandsMixin, KeyT, apply_callback
 from ._connection import UNSET, Connection
 from ._errors import RedisError
 from ._maintenance import MaintenanceHandler
@@ -98,7 +98,7 @@ class Redis(CommandsMixin[Awaitable[Any]]):
             pool.release(conn)
         if isinstance(reply, RedisError):
             raise reply
-        return reply if callback is None else callback(reply)
+        return reply if callback is None else apply_callback(callback, reply, args)
 
     def _blocking_timeout(self, timeout: float) -> float | None:
         if not timeout:
@@ -171,23 +171,17 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         return self.pool.closed
 
 
-def _flatten(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    leaves: list[BaseException] = []
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            leaves.extend(_flatten(exc))
-        else:
-            leaves.append(exc)
-    return leaves
-
-
 def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The single meaningful exception of an internal nursery's group (ignoring
-    ``trio.Cancelled`` when something else is there), or the group itself."""
-    leaves = _flatten(group)
-    real = [e for e in leaves if not isinstance(e, trio.Cancelled)] or leaves
+    """The single meaningful exception of an internal nursery's group, or the group itself.
+
+    Only the nursery's own level is unwrapped (ignoring ``trio.Cancelled`` when something
+    else is there), so an ``ExceptionGroup`` the user raised comes out unchanged.
+    """
+    real = [e for e in group.exceptions if not isinstance(e, trio.Cancelled)]
     if len(real) == 1:
         return real[0]
+    if not real and len(group.exceptions) == 1:
+        return group.exceptions[0]
     return group
 
 

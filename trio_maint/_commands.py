@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeAlias, TypeVar
 
-from ._errors import DataError
+from ._errors import DataError, ProtocolError
 from ._resp import CommandArg
 
-__all__ = ["CommandsMixin", "EncodableT", "KeyT", "parse_info"]
+__all__ = ["CommandsMixin", "EncodableT", "KeyT", "apply_callback", "parse_info"]
 
 #: A key or channel name.
 KeyT: TypeAlias = str | bytes
@@ -26,6 +26,22 @@ EncodableT: TypeAlias = str | bytes | memoryview | int | float
 Callback: TypeAlias = Callable[[Any], Any]
 
 T = TypeVar("T")
+
+
+def apply_callback(callback: Callback, reply: Any, args: tuple[Any, ...]) -> Any:
+    """Post-process ``reply`` with ``callback``; a reply of an unexpected shape becomes a
+    :class:`~trio_maint.ProtocolError` naming the command (the connection stays usable)."""
+    try:
+        return callback(reply)
+    except Exception as exc:
+        name = args[0] if args else "?"
+        raise ProtocolError(f"unexpected reply to {name!r}: {reply!r:.200} ({exc})") from exc
+
+
+def _scan_reply(reply: Any) -> tuple[int, list[Any]]:
+    if not isinstance(reply, list) or len(reply) != 2 or not isinstance(reply[1], list):
+        raise ValueError("SCAN replies with [cursor, keys]")
+    return int(reply[0]), reply[1]
 
 
 def _ok(reply: Any) -> bool:
@@ -311,7 +327,7 @@ class CommandsMixin(Generic[T]):
             args += ["COUNT", count]
         if type is not None:
             args += ["TYPE", type]
-        return self._command(tuple(args), lambda r: (int(r[0]), r[1]))
+        return self._command(tuple(args), _scan_reply)
 
     def expire(self, name: KeyT, seconds: int) -> T:
         """``EXPIRE name seconds`` → ``bool`` (False when the key does not exist)."""

@@ -448,21 +448,38 @@ class Connection:
             raise ConnectionClosedError(f"connection {self.id} is closed")
         if self.broken:
             raise ConnectionError(f"connection {self.id} is broken")
+        await trio.lowlevel.checkpoint_if_cancelled()
         self._receiving = True
         try:
             deadline = _INF if timeout is None else trio.current_time() + timeout
+            received = False
             while True:
                 reply = self._next_parsed()
                 if reply is not NEED_DATA:
-                    return reply
-                await self._receive(deadline)
+                    break
+                if self._readable():
+                    # Bytes are waiting: read them even when the deadline has passed
+                    # (``timeout=0`` polls), bounded in case they are not a whole frame.
+                    await self._receive(max(deadline, trio.current_time() + 1.0))
+                else:
+                    await self._receive(deadline)
+                received = True
         except TimeoutError:
+            raise
+        except trio.Cancelled:
+            # Partial frames stay in the parser's buffer, so a cancelled wait on a plain
+            # socket loses nothing; a TLS stream cancelled mid-record cannot be trusted.
+            if not isinstance(self._stream, trio.SocketStream):
+                self.broken = True
             raise
         except BaseException:
             self.broken = True
             raise
         finally:
             self._receiving = False
+        if not received:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        return reply
 
     # ------------------------------------------------------------------- internals
 
@@ -533,6 +550,11 @@ class Connection:
             raise ConnectionClosedError(f"connection {self.id} was closed") from exc
         if not data:
             raise ConnectionError(f"server {self.endpoint_text} closed the connection")
+        if data[0] == 0x7C and not self._parser.has_data():  # b"|": a RESP3 attribute
+            raise ProtocolError(
+                "the server sent a RESP3 attribute frame, which trio_maint (like hiredis) "
+                "does not support; the connection is discarded"
+            )
         self._parser.feed(data)
 
     def dispatch_push(self, frame: list[Any]) -> None:

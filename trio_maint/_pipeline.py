@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import trio
 
-from ._commands import Callback, CommandsMixin, KeyT
+from ._commands import Callback, CommandsMixin, KeyT, apply_callback
 from ._connection import Connection
 from ._errors import (
     ConnectionClosedError,
@@ -116,6 +116,8 @@ class Pipeline(CommandsMixin["Pipeline"]):
             reply = await self._conn.execute(("UNWATCH",))
             if isinstance(reply, RedisError):
                 raise reply
+        else:
+            await trio.lowlevel.checkpoint()
         self.watching = False
 
     async def immediate_execute_command(self, *args: CommandArg) -> Any:
@@ -181,8 +183,8 @@ class Pipeline(CommandsMixin["Pipeline"]):
     ) -> list[Any]:
         replies = await self._run([args for args, _ in stack])
         results = [
-            r if isinstance(r, RedisError) or cb is None else cb(r)
-            for r, (_, cb) in zip(replies, stack, strict=True)
+            r if isinstance(r, RedisError) or cb is None else apply_callback(cb, r, args)
+            for r, (args, cb) in zip(replies, stack, strict=True)
         ]
         if raise_on_error:
             _raise_first_error(results, stack)
@@ -210,8 +212,8 @@ class Pipeline(CommandsMixin["Pipeline"]):
         if not isinstance(exec_reply, list) or len(exec_reply) != len(stack):
             raise ResponseError(f"unexpected EXEC reply: {exec_reply!r:.200}")
         results = [
-            r if isinstance(r, RedisError) or cb is None else cb(r)
-            for r, (_, cb) in zip(exec_reply, stack, strict=True)
+            r if isinstance(r, RedisError) or cb is None else apply_callback(cb, r, args)
+            for r, (args, cb) in zip(exec_reply, stack, strict=True)
         ]
         if raise_on_error:
             _raise_first_error(results, stack)
@@ -224,6 +226,7 @@ class Pipeline(CommandsMixin["Pipeline"]):
         conn, self._conn = self._conn, None
         if conn is None:
             self.watching = False
+            await trio.lowlevel.checkpoint()
             return
         try:
             if self.watching and conn.usable:

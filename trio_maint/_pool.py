@@ -206,7 +206,16 @@ class ConnectionPool:
                 self._stale += 1
                 self._remove(conn, "idle for longer than conn_max_idle_time")
                 continue
-            if not await conn.check_idle():
+            try:
+                healthy = await conn.check_idle()
+            except BaseException:
+                # Cancelled during the health check: the connection must not leak.
+                if conn.usable and not conn.in_use and not self._closed:
+                    idle.append(conn)
+                else:
+                    self._remove(conn, "cancelled during the health check")
+                raise
+            if not healthy:
                 self._stale += 1
                 self._remove(conn, "failed the health check")
                 continue
@@ -400,12 +409,12 @@ class ConnectionPool:
 
     @trio.lowlevel.enable_ki_protection
     def close(self) -> None:
-        """Close every idle connection now; borrowed ones are closed when released.
-        Later :meth:`acquire` calls raise :class:`~trio_maint.ConnectionClosedError`."""
+        """Close every connection now, borrowed ones included (a task still using one gets
+        :class:`~trio_maint.ConnectionClosedError`). Later :meth:`acquire` calls raise
+        :class:`~trio_maint.ConnectionClosedError`."""
         self._closed = True
         idle, self._idle = self._idle, []
         for conn in idle:
             self._remove(conn, "pool closed")
         for conn in list(self._all.values()):
-            if not conn.in_use:
-                self._remove(conn, "pool closed")
+            self._remove(conn, "pool closed")

@@ -138,7 +138,9 @@ class PubSub:
                     moved = True
             if self._conn is None or not self._conn.usable:
                 if self._conn is not None:
+                    # Lost (or cancelled mid-record on TLS): reconnect and resubscribe.
                     self._conn.close_nowait()
+                    moved = True
                 if self._factory is not None:
                     self._conn = await self._factory()
                 else:
@@ -208,6 +210,7 @@ class PubSub:
     async def resubscribe(self) -> None:
         """Subscribe again to everything this PubSub had (after a reconnect or a
         maintenance handoff); each channel, pattern and shard channel exactly once."""
+        await trio.lowlevel.checkpoint()
         if self.channels:
             await self._send("SUBSCRIBE", *self.channels)
         if self.patterns:
