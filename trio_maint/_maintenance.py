@@ -42,6 +42,7 @@ from ._errors import (
     MaintenanceNotSupportedError,
     RedisError,
 )
+from ._errors import TimeoutError as RedisTimeoutError
 from ._handoff import HandoffManager
 from ._notifications import (
     FailedOver,
@@ -576,6 +577,7 @@ class MaintenanceHandler:
         self._streams: list[EventStream] = []
         self._relaxed: weakref.WeakValueDictionary[int, Connection] = weakref.WeakValueDictionary()
         self._queued_at: dict[int, float] = {}
+        self._conn_seq: dict[int, int] = {}  # connection id -> latest MOVING seq handled
         self._last_seq: int | None = None
         self._moving_deadline: float | None = None
         self._downgrade_logged = False
@@ -643,7 +645,38 @@ class MaintenanceHandler:
     async def dial(self) -> Connection:
         """The pool's dialer: a connected, handshaken :class:`~trio_maint.Connection` to
         the current endpoint (the configured one, or where a MOVING sent the client)."""
-        conn = self._new_connection(self._target)
+        target = self._target
+        if target is not self._configured:
+            breaker = self.manager.breaker(target) if self.manager is not None else None
+            if breaker is not None and not breaker.allow(trio.current_time()):
+                target = self._configured  # the new endpoint is failing: stay where we were
+            else:
+                conn = self._new_connection(target)
+                try:
+                    await conn.connect()
+                except BaseException as exc:
+                    if breaker is not None:
+                        if isinstance(exc, ConnectionError | RedisError):
+                            breaker.record_failure(trio.current_time())
+                        else:
+                            breaker.release()
+                    if not isinstance(exc, ConnectionError | RedisTimeoutError) or isinstance(
+                        exc, MaintenanceNotSupportedError
+                    ):
+                        raise
+                    logger.warning(
+                        "cannot connect to the new endpoint %s (%s); using %s",
+                        target,
+                        exc,
+                        self.options.address_text,
+                        extra={"event": "moving_target_unreachable", "endpoint": str(target)},
+                    )
+                    target = self._configured
+                else:
+                    if breaker is not None:
+                        breaker.record_success(trio.current_time())
+                    return conn
+        conn = self._new_connection(target)
         await conn.connect()
         return conn
 
@@ -808,6 +841,9 @@ class MaintenanceHandler:
                 "conn[%d] ignoring stale MOVING seq %d (latest %d)", conn.id, n.seq_id, last
             )
             return
+        if self._conn_seq.get(conn.id, -1) >= n.seq_id:
+            logger.debug("conn[%d] ignoring replayed MOVING seq %d", conn.id, n.seq_id)
+            return
         now = trio.current_time()
         endpoint = n.endpoint
         if last is None or n.seq_id > last:
@@ -839,6 +875,8 @@ class MaintenanceHandler:
             self._schedule(manager, pool, conn, n)
             return
         # This connection's own copy: mark it (in use, or being checked out).
+        if pool.owns(conn):
+            self._conn_seq[conn.id] = n.seq_id
         if self._is_at(conn, endpoint) or manager.is_pending(conn.id):
             return
         mark = conn.handoff
@@ -858,7 +896,10 @@ class MaintenanceHandler:
         idle = pool.take_idle()
         idle_ids = {c.id for c in idle}
         for other in pool.connections:
-            if other is exclude or other.id in idle_ids or self._is_at(other, endpoint):
+            if other is exclude:
+                continue
+            self._conn_seq[other.id] = seq_id
+            if other.id in idle_ids or self._is_at(other, endpoint):
                 continue
             if manager.is_pending(other.id):
                 manager.queue_handoff_nowait(other, endpoint, seq_id)  # retarget
@@ -896,6 +937,7 @@ class MaintenanceHandler:
             return False
 
         if pool.owns(conn):
+            self._conn_seq[conn.id] = seq_id
             manager.schedule_handoff(conn, target, seq_id, delay=n.null_endpoint_delay, claim=claim)
 
     def _queued(self, conn: Connection, endpoint: Endpoint, seq_id: int) -> None:
@@ -936,6 +978,7 @@ class MaintenanceHandler:
         if self.manager is not None and not self.manager.closed:
             self.manager.cancel_handoff(conn.id)
         self._queued_at.pop(conn.id, None)
+        self._conn_seq.pop(conn.id, None)
         self._relaxed.pop(conn.id, None)
 
     # ----------------------------------------------------------------------- handoffs

@@ -1,0 +1,480 @@
+"""Maintenance handling end to end: real redis-servers, clients through
+trio_maint.testing.MaintenanceSimulator (a RESP proxy that injects notifications)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import trio
+
+import trio_maint
+from trio_maint import (
+    BreakerState,
+    EndpointType,
+    HandoffFailed,
+    HandoffSucceeded,
+    MaintConfig,
+    MaintenanceNotSupportedError,
+    MaintMode,
+    MovingStarted,
+)
+from trio_maint._connection import _socket_of
+from trio_maint._handoff import QUEUE_FULL_MESSAGE
+from trio_maint.testing import MaintenanceSimulator, RedisServer, free_port
+
+pytestmark = pytest.mark.trio
+
+TIMEOUT = 30.0
+DB = 10
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[RedisServer]:
+    """A redis-server of this module's own (the simulators forward to it)."""
+    with RedisServer(extra_args=("--enable-debug-command", "yes")) as server:
+        yield server
+
+
+@pytest.fixture
+async def sim_a(backend: RedisServer) -> AsyncIterator[MaintenanceSimulator]:
+    async with MaintenanceSimulator(backend=backend) as sim:
+        yield sim
+
+
+@pytest.fixture
+async def sim_b(backend: RedisServer) -> AsyncIterator[MaintenanceSimulator]:
+    """The endpoint MOVING sends clients to (the same data behind it, as after a move)."""
+    async with MaintenanceSimulator(backend=backend) as sim:
+        yield sim
+
+
+def url(sim: MaintenanceSimulator | RedisServer) -> str:
+    return f"{sim.url}/{DB}"
+
+
+def trio_maint_records(caplog: pytest.LogCaptureFixture, above: int) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in caplog.records
+        if r.name.startswith("trio_maint") and not r.name.startswith("trio_maint.testing")
+        if r.levelno > above
+    ]
+
+
+def local_port(conn: trio_maint.Connection) -> int:
+    stream = conn._stream
+    assert stream is not None
+    return int(_socket_of(stream).getsockname()[1])
+
+
+def sim_id(sim: MaintenanceSimulator, conn: trio_maint.Connection) -> int:
+    """The simulator's id of the client connection ``conn``."""
+    port = local_port(conn)
+    (cid,) = [i.id for i in sim.connections if i.peer[1] == port]
+    return cid
+
+
+async def wait_for(predicate: object, timeout: float = 10.0) -> None:
+    assert callable(predicate)
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+# --- handshake ----------------------------------------------------------------------------
+
+
+async def test_auto_mode_on_unmodified_redis_is_quiet(
+    backend: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_maint")
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(url(backend), pool_size=8) as r:
+            async with trio.open_nursery() as nursery:
+                for i in range(8):
+                    nursery.start_soon(r.set, f"tm:auto:{i}", i)
+            assert [int(v) for v in await r.mget(*[f"tm:auto:{i}" for i in range(8)])] == list(
+                range(8)
+            )
+            assert r.maintenance is not None
+            assert r.maintenance.mode is MaintMode.DISABLED
+            assert r.maintenance.state.mode is MaintMode.DISABLED
+            for conn in r.pool.connections:
+                assert not conn.maint_enabled
+            async with r.pubsub() as ps:
+                await ps.subscribe("tm:auto")
+                assert (await ps.get_message(timeout=5)) is not None
+    assert trio_maint_records(caplog, logging.DEBUG) == []
+    unsupported = [r for r in caplog.records if "does not support maintenance" in r.getMessage()]
+    assert len(unsupported) == 1  # one line per client, not per connection
+
+
+async def test_enabled_mode_on_unmodified_redis_fails_clearly(backend: RedisServer) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(
+            url(backend), maintenance=MaintConfig(mode="enabled")
+        ) as r:
+            with pytest.raises(MaintenanceNotSupportedError, match="MAINT_NOTIFICATIONS"):
+                await r.ping()
+
+
+async def test_disabled_mode_sends_nothing(sim_a: MaintenanceSimulator) -> None:
+    with trio.fail_after(TIMEOUT):
+        config = MaintConfig(mode="disabled")
+        async with trio_maint.open_redis(url(sim_a), maintenance=config) as r:
+            assert await r.ping() is True
+            assert [c.maint_enabled for c in sim_a.connections] == [False]
+            assert r.maintenance is not None
+            assert r.maintenance.endpoint_type is EndpointType.AUTO  # no detection
+            assert r.maintenance.manager is None
+
+
+async def test_handshake_opts_in_with_detected_endpoint_type(sim_a: MaintenanceSimulator) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(url(sim_a)) as r:
+            assert await r.ping() is True
+            (info,) = sim_a.connections
+            assert info.maint_enabled
+            assert info.endpoint_type == "internal-ip"
+            assert r.maintenance is not None
+            assert r.maintenance.mode is MaintMode.AUTO
+            assert all(c.maint_enabled for c in r.pool.connections)
+
+
+async def test_unix_socket_client_handshakes() -> None:
+    with RedisServer(unix_socket=True) as server:
+        assert server.unix_path is not None
+        with trio.fail_after(TIMEOUT):
+            async with trio_maint.open_redis(f"unix://{server.unix_path}") as r:
+                assert await r.ping() is True
+                assert r.maintenance is not None
+                assert r.maintenance.endpoint_type is EndpointType.INTERNAL_IP
+
+
+# --- notifications ------------------------------------------------------------------------
+
+
+async def test_malformed_notification_is_logged_and_ignored(
+    sim_a: MaintenanceSimulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_maint")
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(url(sim_a), pool_size=1) as r:
+            await r.set("tm:mal", "v")
+            await sim_a.inject_raw(b">2\r\n$6\r\nMOVING\r\n$3\r\nabc\r\n")
+            assert await r.get("tm:mal") == b"v"
+            assert await r.get("tm:mal") == b"v"
+    warnings = [
+        rec for rec in caplog.records if rec.levelno == logging.WARNING and "malformed" in rec.msg
+    ]
+    assert len(warnings) == 1
+    assert "[bytes(6), bytes(3)]" in warnings[0].getMessage()
+
+
+async def test_migrating_relaxes_and_migrated_restores(sim_a: MaintenanceSimulator) -> None:
+    config = MaintConfig(relaxed_timeout=3.0)
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(
+            url(sim_a), pool_size=1, socket_timeout=0.3, maintenance=config
+        ) as r:
+            handler = r.maintenance
+            assert handler is not None
+            await r.set("tm:relax", "1")
+            (conn,) = r.pool.connections
+            await sim_a.inject_migrating()
+            await r.get("tm:relax")  # the frame is drained before the reply
+            assert handler.state.in_window
+            assert handler.state.relaxed_connections == 1
+            assert conn.timeouts is not None
+            assert conn.timeouts.effective(0.3, trio.current_time()) == 3.0
+            assert conn.timeouts.effective(None, trio.current_time()) is None
+            # A slow server during the window: the relaxed timeout covers it.
+            sim_a.set_latency(1.0)
+            assert await r.get("tm:relax") == b"1"
+            sim_a.set_latency(0.0)
+            await sim_a.inject_migrated()
+            await r.get("tm:relax")
+            assert not handler.state.in_window
+            assert handler.state.relaxed_connections == 0
+            assert conn.timeouts.effective(0.3, trio.current_time()) == 0.3
+            # Outside a window the configured timeout applies again.
+            sim_a.set_latency(1.0)
+            with pytest.raises(trio_maint.TimeoutError):
+                await r.get("tm:relax")
+            sim_a.set_latency(0.0)
+
+
+async def test_failing_over_relaxes_and_failed_over_restores(
+    sim_a: MaintenanceSimulator,
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(url(sim_a), pool_size=1) as r:
+            assert r.maintenance is not None
+            await r.ping()
+            await sim_a.inject_failing_over()
+            await r.ping()
+            assert r.maintenance.state.relaxed_connections == 1
+            await sim_a.inject_failed_over()
+            await r.ping()
+            assert r.maintenance.state.relaxed_connections == 0
+
+
+# --- MOVING -------------------------------------------------------------------------------
+
+
+async def run_workload(
+    r: trio_maint.Redis,
+    tasks: int,
+    stop: trio.Event,
+    failures: list[BaseException],
+    acked: dict[str, int],
+) -> None:
+    async def worker(i: int) -> None:
+        key = f"tm:load:{i}"
+        while not stop.is_set():
+            try:
+                value = await r.incr(key)
+            except Exception as exc:  # counted, the test asserts there are none
+                failures.append(exc)
+            else:
+                acked[key] = value
+            await trio.sleep(0.002)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(tasks):
+            nursery.start_soon(worker, i)
+
+
+async def moving_timeline(
+    sim_a: MaintenanceSimulator,
+    sim_b: MaintenanceSimulator,
+    *,
+    opening: str,
+    endpoint_type: str = "auto",
+    tasks: int = 200,
+) -> None:
+    config = MaintConfig(endpoint_type=endpoint_type, relaxed_timeout=5.0)
+    failures: list[BaseException] = []
+    acked: dict[str, int] = {}
+    with trio.fail_after(60):
+        async with trio_maint.open_redis(url(sim_a), pool_size=20, maintenance=config) as r:
+            handler = r.maintenance
+            assert handler is not None
+            for i in range(tasks):
+                await r.delete(f"tm:load:{i}")
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run_workload, r, tasks, stop, failures, acked)
+                await trio.sleep(0.3)
+                if opening == "MIGRATING":
+                    await sim_a.inject_migrating(remember=True)
+                    await trio.sleep(0.2)
+                    await sim_a.inject_migrated()
+                else:
+                    await sim_a.inject_failing_over(remember=True)
+                    await trio.sleep(0.2)
+                    await sim_a.inject_failed_over()
+                await trio.sleep(0.2)
+                # The endpoint moves: new connections to A reach B, MOVING names B (or
+                # nothing, for type none), and A's old connections close after `time`.
+                sim_a.set_backend(sim_b)
+                await sim_a.inject_moving(time=2, target=sim_b, remember=True)
+                sim_a.close_connections(after=2.0)
+                await trio.sleep(3.0)
+                stop.set()
+            assert failures == []
+            # No acknowledged write was lost.
+            for key, value in acked.items():
+                assert int(await r.get(key)) >= value
+            # Every connection now ends on B (directly, or through A's new forwarding).
+            conns = r.pool.connections
+            assert conns
+            if endpoint_type == "none":
+                # Reconnected to the configured address, which now forwards to B.
+                via_b = {i.peer[1] for i in sim_a.connections if i.backend == sim_b.address}
+                assert all(c.port == sim_a.port for c in conns)
+                assert all(local_port(c) in via_b for c in conns)
+            else:
+                assert all(c.port == sim_b.port for c in conns)
+                assert handler.state.current_endpoint == f"127.0.0.1:{sim_b.port}"
+            state = handler.state
+            assert state.failed_handoffs == 0
+            assert state.completed_handoffs >= 1
+            assert state.last_moving_seq is not None
+
+
+async def test_moving_under_load_migrating(
+    sim_a: MaintenanceSimulator, sim_b: MaintenanceSimulator
+) -> None:
+    await moving_timeline(sim_a, sim_b, opening="MIGRATING")
+
+
+async def test_moving_under_load_failing_over(
+    sim_a: MaintenanceSimulator, sim_b: MaintenanceSimulator
+) -> None:
+    await moving_timeline(sim_a, sim_b, opening="FAILING_OVER")
+
+
+async def test_moving_under_load_null_endpoint(
+    sim_a: MaintenanceSimulator, sim_b: MaintenanceSimulator
+) -> None:
+    await moving_timeline(sim_a, sim_b, opening="MIGRATING", endpoint_type="none", tasks=100)
+
+
+async def test_idle_connections_are_handed_off_without_being_used(
+    sim_a: MaintenanceSimulator, sim_b: MaintenanceSimulator
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(url(sim_a), pool_size=4) as r:
+            handler = r.maintenance
+            assert handler is not None
+            events = handler.events()
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(r.execute_command, "DEBUG", "SLEEP", "0.05")
+            assert len(r.pool.idle_connections) == 4
+            ids = {c.id for c in r.pool.connections}
+            # MOVING arrives on one connection only (the next one used); the others stay
+            # idle and are handed off without being used.
+            first = sim_id(sim_a, r.pool.idle_connections[-1])
+            seq = await sim_a.inject_moving(time=5, target=sim_b, connections=[first])
+            await r.ping()
+            await wait_for(lambda: handler.state.completed_handoffs == 4)
+            # Same connection objects with new streams (the ping got a fresh connection
+            # to B meanwhile; the pool keeps at most pool_size idle ones).
+            assert len({c.id for c in r.pool.connections} & ids) >= 3
+            assert all(c.port == sim_b.port for c in r.pool.connections)
+            assert len(sim_b.connections) >= 4
+            # A replay of the same MOVING (or an older one) changes nothing.
+            await sim_b.inject_moving(seq_id=seq, time=5, target=sim_a, connections="all")
+            await sim_b.inject_moving(seq_id=seq - 1, time=5, target=sim_a, connections="all")
+            for _ in range(4):
+                await r.ping()
+            await trio.sleep(0.1)
+            assert all(c.port == sim_b.port for c in r.pool.connections)
+            assert handler.state.completed_handoffs == 4
+            seen = []
+            with trio.move_on_after(0.2):
+                async for event in events:
+                    seen.append(event)
+            assert sum(isinstance(e, MovingStarted) for e in seen) == 1
+            assert sum(isinstance(e, HandoffSucceeded) for e in seen) == 4
+            await events.aclose()
+
+
+async def test_unreachable_endpoint_opens_breaker_and_workload_continues(
+    sim_a: MaintenanceSimulator,
+) -> None:
+    dead = ("127.0.0.1", free_port())
+    config = MaintConfig(
+        max_handoff_retries=2, handoff_timeout=1.0, circuit_breaker_failure_threshold=3
+    )
+    failures: list[BaseException] = []
+    acked: dict[str, int] = {}
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(url(sim_a), pool_size=8, maintenance=config) as r:
+            handler = r.maintenance
+            assert handler is not None and handler.manager is not None
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run_workload, r, 30, stop, failures, acked)
+                await trio.sleep(0.3)
+                before = {c.id for c in r.pool.connections}
+                await sim_a.inject_moving(time=15, target=dead)
+                await wait_for(lambda: handler.state.failed_handoffs >= len(before))
+                await trio.sleep(0.3)
+                stop.set()
+            assert failures == []
+            (stats,) = [
+                s for s in handler.manager.circuit_breaker_stats() if s.endpoint.port == dead[1]
+            ]
+            assert stats.state is BreakerState.OPEN
+            assert stats.opened >= 1
+            # The handed-off connections were removed; fresh ones serve the workload.
+            assert not before & {c.id for c in r.pool.connections}
+            assert all(c.port == sim_a.port for c in r.pool.connections)
+            assert handler.state.pending_handoffs == 0
+            assert await r.ping() is True
+        assert r.pool.connections == []
+
+
+async def test_queue_full_storm_recovers(
+    sim_a: MaintenanceSimulator, sim_b: MaintenanceSimulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_maint")
+    config = MaintConfig(max_workers=1, handoff_queue_size=1)
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(url(sim_a), pool_size=10, maintenance=config) as r:
+            handler = r.maintenance
+            assert handler is not None
+            events = handler.events(max_buffer=1000)
+            async with trio.open_nursery() as nursery:
+                for _ in range(10):
+                    nursery.start_soon(r.execute_command, "DEBUG", "SLEEP", "0.05")
+            assert len(r.pool.idle_connections) == 10
+            sim_b.set_latency(0.3)  # a slow new endpoint: handoffs take a while
+            next_id = sim_id(sim_a, r.pool.idle_connections[-1])
+            await sim_a.inject_moving(time=15, target=sim_b, connections=[next_id])
+            await r.ping()
+            await wait_for(
+                lambda: handler.state.completed_handoffs + handler.state.failed_handoffs >= 10
+            )
+            sim_b.set_latency(0.0)
+            assert handler.state.failed_handoffs >= 1
+            assert handler.manager is not None
+            assert handler.manager.stats().queue_full >= 1
+            assert any(QUEUE_FULL_MESSAGE in rec.getMessage() for rec in caplog.records)
+            failed = []
+            with trio.move_on_after(0.2):
+                async for event in events:
+                    if isinstance(event, HandoffFailed):
+                        failed.append(event)
+            assert failed and all("HandoffQueueFullError" in e.error for e in failed)
+            # The pool recovers: commands work, on B.
+            for i in range(20):
+                await r.set(f"tm:storm:{i}", i)
+            assert all(c.port == sim_b.port for c in r.pool.connections)
+            await events.aclose()
+
+
+async def test_pubsub_follows_moving_and_resubscribes_once(
+    sim_a: MaintenanceSimulator, sim_b: MaintenanceSimulator
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(url(sim_a)) as r:
+            async with r.pubsub(ignore_subscribe_messages=True) as ps:
+                await ps.subscribe("tm:ps:a", "tm:ps:b")
+                await ps.psubscribe("tm:ps:p*")
+                await r.publish("tm:ps:a", "before")
+                message = await ps.get_message(timeout=5)
+                assert message is not None and message.data == b"before"
+                old = ps.connection
+                assert old is not None
+                sub_id = sim_id(sim_a, old)
+                await sim_a.inject_moving(time=5, target=sim_b, connections=[sub_id])
+                await sim_a.inject_moving(time=5, target=sim_b, connections=[sub_id])
+                await r.publish("tm:ps:a", "during")
+                got = []
+                while True:
+                    message = await ps.get_message(timeout=0.5)
+                    if message is None:
+                        break
+                    got.append(message.data)
+                assert ps.connection is not old and old.closed
+                assert ps.connection is not None and ps.connection.port == sim_b.port
+                assert len(sim_b.connections) == 1  # reconnected once
+                for channel in ("tm:ps:a", "tm:ps:b", "tm:ps:px"):
+                    await r.publish(channel, "after")
+                after = []
+                while True:
+                    message = await ps.get_message(timeout=0.5)
+                    if message is None:
+                        break
+                    after.append((message.channel, message.data))
+                assert sorted(after) == [
+                    (b"tm:ps:a", b"after"),
+                    (b"tm:ps:b", b"after"),
+                    (b"tm:ps:px", b"after"),
+                ]
