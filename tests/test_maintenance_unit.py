@@ -1,0 +1,513 @@
+"""Unit tests of the maintenance glue (MaintenanceHandler, hooks, events) on trio's
+MockClock: connections sit on socketpairs, handoffs are faked."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from trio_maint import (
+    ClientOptions,
+    Connection,
+    ConnectionPool,
+    EndpointType,
+    EventsDropped,
+    HandoffDialError,
+    HandoffFailed,
+    HandoffQueued,
+    HandoffSucceeded,
+    LoggingHook,
+    MaintConfig,
+    MaintenanceHandler,
+    MaintenanceNotSupportedError,
+    MaintMode,
+    MetricsHook,
+    MovingStarted,
+    Notification,
+    NotificationReceived,
+    ResponseError,
+)
+from trio_maint._endpoint import Endpoint
+from trio_maint._timeouts import RelaxedTimeouts
+
+pytestmark = pytest.mark.trio
+
+OPTIONS = ClientOptions(host="10.0.0.1", port=6379, socket_timeout=1.0)
+NEW = Endpoint("10.0.0.5", 7000)
+
+
+def moving(seq: int, time: int, endpoint: str | None) -> list[Any]:
+    frame: list[Any] = [b"MOVING", seq, time]
+    if endpoint is not None:
+        frame.append(endpoint.encode())
+    return frame
+
+
+def socket_connection(handler: MaintenanceHandler, peers: list[Any]) -> Connection:
+    """A Connection on one end of a socketpair (nothing is ever written to it)."""
+    a, b = trio.socket.socketpair()
+    peers.append(b)
+    conn = Connection(OPTIONS, push_handler=handler.push_handler)
+    conn._attach(trio.SocketStream(a))
+    return conn
+
+
+class FakeHandler(MaintenanceHandler):
+    """Handoffs only record and retarget the connection (no network)."""
+
+    def __init__(self, config: MaintConfig | None = None) -> None:
+        super().__init__(OPTIONS, config or MaintConfig(max_workers=4, handoff_queue_size=10))
+        self.performed: list[tuple[int, Endpoint, float]] = []
+        self.unreachable: set[Endpoint] = set()
+        self.duration = 0.1
+
+    async def _perform(self, conn: Connection, endpoint: Endpoint) -> None:
+        self.performed.append((conn.id, endpoint, trio.current_time()))
+        await trio.sleep(self.duration)
+        if endpoint in self.unreachable:
+            raise HandoffDialError(f"{endpoint} refused")
+        conn.host, conn.port = endpoint.host, endpoint.port
+        self.relaxation(conn).relax_after_handoff(trio.current_time(), 20.0)
+
+
+@asynccontextmanager
+async def harness(
+    handler: FakeHandler | None = None, pool_size: int = 4
+) -> AsyncIterator[tuple[FakeHandler, ConnectionPool]]:
+    handler = handler or FakeHandler()
+    peers: list[Any] = []
+
+    async def dial() -> Connection:
+        await trio.lowlevel.checkpoint()
+        return socket_connection(handler, peers)
+
+    pool = ConnectionPool(dial, pool_size=pool_size)
+    handler.attach(pool)
+    async with handler:
+        try:
+            yield handler, pool
+        finally:
+            pool.close()
+            for peer in peers:
+                peer.close()
+
+
+async def fill(pool: ConnectionPool, count: int) -> list[Connection]:
+    conns = [await pool.acquire() for _ in range(count)]
+    for conn in conns:
+        pool.release(conn)
+    return conns
+
+
+# --- handshake ----------------------------------------------------------------------------
+
+
+@attrs.define
+class FakeHandshakeConn:
+    reply: Any = "OK"
+    sent: list[tuple[Any, ...]] = attrs.field(factory=list)
+    maint_enabled: bool = False
+    endpoint_text: str = "10.0.0.1:6379"
+
+    async def handshake_command(self, *args: Any) -> Any:
+        await trio.lowlevel.checkpoint()
+        self.sent.append(args)
+        return self.reply
+
+
+async def test_handshake_sends_the_opt_in_with_the_detected_type() -> None:
+    handler = MaintenanceHandler(OPTIONS)
+    assert handler.endpoint_type is EndpointType.INTERNAL_IP
+    conn = FakeHandshakeConn()
+    await handler.handshake_hook(conn)  # type: ignore[arg-type]
+    assert conn.sent == [
+        ("client", "maint_notifications", "on", "moving-endpoint-type", "internal-ip")
+    ]
+    assert conn.maint_enabled
+    assert handler.mode is MaintMode.AUTO  # auto is not promoted to enabled
+
+
+@pytest.mark.parametrize(
+    ("host", "tls", "expected"),
+    [
+        ("10.0.0.1", False, EndpointType.INTERNAL_IP),
+        ("10.0.0.1", True, EndpointType.INTERNAL_FQDN),
+        ("8.8.8.8", False, EndpointType.EXTERNAL_IP),
+        ("redis.example.invalid", False, EndpointType.EXTERNAL_IP),  # no DNS lookup
+        ("localhost", True, EndpointType.INTERNAL_FQDN),
+    ],
+)
+async def test_endpoint_type_detection(host: str, tls: bool, expected: EndpointType) -> None:
+    handler = MaintenanceHandler(ClientOptions(host=host, ssl=tls))
+    assert handler.endpoint_type is expected
+
+
+async def test_explicit_endpoint_type_is_kept_and_disabled_detects_nothing() -> None:
+    explicit = MaintenanceHandler(OPTIONS, MaintConfig(endpoint_type="external-fqdn"))
+    assert explicit.endpoint_type is EndpointType.EXTERNAL_FQDN
+    disabled = MaintenanceHandler(OPTIONS, MaintConfig(mode="disabled"))
+    assert disabled.endpoint_type is EndpointType.AUTO
+    assert disabled.manager is None
+    assert disabled.push_handler_or_none is None
+
+
+async def test_auto_mode_downgrades_once_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_maint")
+    handler = MaintenanceHandler(OPTIONS)
+    events = handler.events()
+    refused = ResponseError("ERR unknown subcommand 'maint_notifications'")
+    first, second = FakeHandshakeConn(refused), FakeHandshakeConn(refused)
+    await handler.handshake_hook(first)  # type: ignore[arg-type]
+    await handler.handshake_hook(second)  # type: ignore[arg-type]  (already in flight)
+    assert handler.mode is MaintMode.DISABLED
+    assert not first.maint_enabled
+    later = FakeHandshakeConn()
+    await handler.handshake_hook(later)  # type: ignore[arg-type]
+    assert later.sent == []  # never flips back on its own
+    lines = [r for r in caplog.records if r.name.startswith("trio_maint")]
+    assert len(lines) == 1 and lines[0].levelno == logging.DEBUG
+    assert handler.state.mode is MaintMode.DISABLED
+    with trio.move_on_after(0.01):
+        event = await events.__anext__()
+        assert event.__class__.__name__ == "MaintenanceDisabled"
+
+
+async def test_enabled_mode_refusal_fails_the_connection() -> None:
+    handler = MaintenanceHandler(OPTIONS, MaintConfig(mode="enabled"))
+    conn = FakeHandshakeConn(ResponseError("ERR unknown subcommand"))
+    with pytest.raises(MaintenanceNotSupportedError, match="refused CLIENT MAINT_NOTIFICATIONS"):
+        await handler.handshake_hook(conn)  # type: ignore[arg-type]
+    assert handler.mode is MaintMode.ENABLED
+
+
+async def test_disabled_mode_sends_nothing() -> None:
+    handler = MaintenanceHandler(OPTIONS, MaintConfig(mode="disabled"))
+    conn = FakeHandshakeConn()
+    await handler.handshake_hook(conn)  # type: ignore[arg-type]
+    assert conn.sent == []
+
+
+# --- relaxation ---------------------------------------------------------------------------
+
+
+async def test_windows_relax_restore_and_nest(autojump_clock: trio.abc.Clock) -> None:
+    handler = MaintenanceHandler(OPTIONS, MaintConfig(relaxed_timeout=10.0))
+    conn = Connection(OPTIONS)
+    assert conn.timeouts is None  # nothing per command until a notification arrives
+    handler.push_handler(conn, [b"MIGRATING", 1, 5, b"1"])
+    handler.push_handler(conn, [b"FAILING_OVER", 2, 5, b"1"])
+    timeouts = conn.timeouts
+    assert isinstance(timeouts, RelaxedTimeouts)
+    now = trio.current_time()
+    assert timeouts.effective(1.0, now) == 10.0
+    assert timeouts.effective(30.0, now) == 30.0  # a floor, never a tightening
+    assert timeouts.effective(None, now) is None  # no deadline where none existed
+    assert handler.state.in_window and handler.state.relaxed_connections == 1
+    handler.push_handler(conn, [b"MIGRATED", 3, b"1"])
+    assert timeouts.effective(1.0, trio.current_time()) == 10.0  # one window still open
+    handler.push_handler(conn, [b"FAILED_OVER", 4, b"1"])
+    assert timeouts.effective(1.0, trio.current_time()) == 1.0
+    assert not handler.state.in_window and handler.state.relaxed_connections == 0
+    # A window whose closing never comes ends at the backstop (10 x relaxed_timeout).
+    handler.push_handler(conn, [b"SMIGRATING", 5, b"0-100"])
+    await trio.sleep(99)
+    assert timeouts.effective(1.0, trio.current_time()) == 10.0
+    await trio.sleep(2)
+    assert timeouts.effective(1.0, trio.current_time()) == 1.0
+
+
+async def test_malformed_frames_warn_once_with_shape(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_maint")
+    handler = MaintenanceHandler(OPTIONS)
+    conn = Connection(OPTIONS)
+    handler.push_handler(conn, [b"MOVING", b"x", 15])
+    handler.push_handler(conn, [b"message", b"ch", b"data"])  # not ours: ignored silently
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "[bytes(6), bytes(1), int]" in warnings[0].getMessage()
+
+
+# --- hooks --------------------------------------------------------------------------------
+
+
+@attrs.define
+class RecordingHook:
+    keep: bool = True
+    fail: bool = False
+    seen: list[tuple[str, str, Any]] = attrs.field(factory=list)
+
+    def pre(self, conn: Connection, notification: Notification) -> bool:
+        self.seen.append(("pre", notification.NAME, None))
+        if self.fail:
+            raise RuntimeError("hook bug")
+        return self.keep
+
+    def post(
+        self, conn: Connection, notification: Notification, error: BaseException | None
+    ) -> None:
+        self.seen.append(("post", notification.NAME, error))
+        if self.fail:
+            raise RuntimeError("hook bug")
+
+
+async def test_pre_hook_may_drop() -> None:
+    handler = MaintenanceHandler(OPTIONS)
+    dropper, later = RecordingHook(keep=False), RecordingHook()
+    handler.add_hook(dropper)
+    handler.add_hook(later)
+    conn = Connection(OPTIONS)
+    handler.push_handler(conn, [b"MIGRATING", 1, 5, b"1"])
+    assert conn.timeouts is None  # not handled
+    assert dropper.seen == [("pre", "MIGRATING", None)]
+    assert later.seen == []
+
+
+async def test_failing_hook_is_logged_and_never_breaks_handling(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    handler = MaintenanceHandler(OPTIONS)
+    broken, after = RecordingHook(fail=True), RecordingHook()
+    handler.add_hook(broken)
+    handler.add_hook(after)
+    conn = Connection(OPTIONS)
+    handler.push_handler(conn, [b"MIGRATING", 1, 5, b"1"])
+    assert isinstance(conn.timeouts, RelaxedTimeouts)
+    assert conn.timeouts.open_windows == 1
+    assert after.seen == [("pre", "MIGRATING", None), ("post", "MIGRATING", None)]
+    assert sum("hook" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records) == 2
+
+
+async def test_post_hook_sees_the_handling_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    handler = MaintenanceHandler(OPTIONS)
+    hook = RecordingHook()
+    handler.add_hook(hook)
+
+    def boom(conn: Connection, n: Notification) -> None:
+        raise ValueError("bad")
+
+    monkeypatch.setattr(handler, "_apply", boom)
+    handler.push_handler(Connection(OPTIONS), [b"MIGRATED", 1, b"1"])
+    assert isinstance(hook.seen[-1][2], ValueError)
+
+
+async def test_logging_hook(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="trio_maint")
+    handler = MaintenanceHandler(OPTIONS)
+    handler.add_hook(LoggingHook())
+    conn = Connection(OPTIONS)
+    handler.push_handler(conn, [b"MIGRATING", 42, 5, b"1"])
+    (started,) = [r for r in caplog.records if getattr(r, "event", "") == "notification_started"]
+    assert started.levelno == logging.INFO
+    assert (started.conn_id, started.seq_id, started.notification_name) == (
+        conn.id,
+        42,
+        "MIGRATING",
+    )  # type: ignore[attr-defined]
+    assert any(getattr(r, "event", "") == "notification_succeeded" for r in caplog.records)
+
+
+async def test_metrics_hook_fills_everything_in(autojump_clock: trio.abc.Clock) -> None:
+    metrics = MetricsHook()
+    async with harness() as (handler, pool):
+        handler.add_hook(metrics)
+        conns = await fill(pool, 2)
+        handler.push_handler(conns[0], [b"MIGRATING", 1, 5, b"1"])
+        handler.push_handler(conns[0], [b"MIGRATED", 2, b"1"])
+        handler.unreachable.add(Endpoint("10.9.9.9", 1))
+        busy = await pool.acquire()
+        handler.push_handler(busy, moving(3, 15, "10.0.0.5:7000"))
+        pool.release(busy)
+        await trio.sleep(1)
+        handler.push_handler(Connection(OPTIONS), [b"MOVING", b"bad"])
+    data = metrics.get_metrics()
+    assert data["notification_counts"] == {"MIGRATING": 1, "MIGRATED": 1, "MOVING": 1}
+    assert data["processing_times"]["MOVING"]["count"] == 1
+    assert data["handoffs_queued"] == 2
+    assert data["handoff_successes"] == 2
+    assert data["handoff_latency"]["count"] == 2
+    assert data["handoff_latency"]["min"] >= 0.1
+    assert data["malformed"] == 1
+    assert metrics.error_counts == {}
+
+
+# --- events -------------------------------------------------------------------------------
+
+
+async def test_slow_consumer_loses_oldest_and_is_told() -> None:
+    handler = MaintenanceHandler(OPTIONS)
+    events = handler.events(max_buffer=3)
+    conn = Connection(OPTIONS)
+    for seq in range(1, 6):
+        handler.push_handler(conn, [b"MIGRATING", seq, 5, b"1"])
+    got = [await events.__anext__() for _ in range(4)]
+    assert got[0] == EventsDropped(2)
+    seqs = [e.notification.seq_id for e in got[1:] if isinstance(e, NotificationReceived)]
+    assert seqs == [3, 4, 5]
+    assert events.dropped == 2
+    await events.aclose()
+    handler.push_handler(conn, [b"MIGRATED", 6, b"1"])  # no subscriber left: fine
+
+
+async def test_event_streams_end_when_the_client_closes() -> None:
+    handler = MaintenanceHandler(OPTIONS)
+    async with handler:
+        events = handler.events()
+    with trio.fail_after(1):
+        assert [e async for e in events] == []
+
+
+# --- MOVING -------------------------------------------------------------------------------
+
+
+async def test_explicit_moving_hands_off_idle_and_released_connections(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with harness() as (handler, pool):
+        events = handler.events()
+        idle = await fill(pool, 3)
+        busy = await pool.acquire()  # the most recently used idle one
+        assert busy is idle[-1]
+        handler.push_handler(busy, moving(5, 15, "10.0.0.5:7000"))
+        # Idle connections go at once, without waiting for their next use.
+        assert pool.idle_connections == []
+        await trio.sleep(1)
+        assert {p[0] for p in handler.performed} == {idle[0].id, idle[1].id}
+        assert busy.port == 6379  # in use: finishes on the old socket
+        pool.release(busy)  # ... and is handed off when released
+        await trio.sleep(1)
+        assert {p[0] for p in handler.performed} == {c.id for c in idle}
+        assert {c.id for c in pool.idle_connections} == {c.id for c in idle}
+        assert all((c.host, c.port) == ("10.0.0.5", 7000) for c in pool.connections)
+        assert all(c.handoff is None for c in pool.connections)
+        state = handler.state
+        assert state.completed_handoffs == 3 and state.failed_handoffs == 0
+        assert state.current_endpoint == "10.0.0.5:7000"
+        assert state.last_moving_seq == 5
+        assert state.relaxed_connections == 3  # post-handoff relaxation
+        kinds = []
+        with trio.move_on_after(0.1):
+            async for event in events:
+                kinds.append(type(event))
+        assert kinds.count(MovingStarted) == 1
+        assert kinds.count(HandoffQueued) == 3
+        assert kinds.count(HandoffSucceeded) == 3
+
+
+async def test_stale_and_replayed_moving_are_ignored(autojump_clock: trio.abc.Clock) -> None:
+    async with harness() as (handler, pool):
+        conns = await fill(pool, 2)
+        conn = await pool.acquire()
+        handler.push_handler(conn, moving(5, 15, "10.0.0.5:7000"))
+        pool.release(conn)
+        await trio.sleep(1)
+        assert len(handler.performed) == 2
+        again = await pool.acquire()
+        handler.push_handler(again, moving(5, 15, "10.0.0.6:7000"))  # replay
+        handler.push_handler(again, moving(4, 15, "10.0.0.6:7000"))  # stale
+        pool.release(again)
+        await trio.sleep(1)
+        assert len(handler.performed) == 2
+        assert handler.state.last_moving_seq == 5
+        assert {c.port for c in conns} == {7000}
+
+
+async def test_null_endpoint_reconnects_after_half_the_time(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with harness() as (handler, pool):
+        idle = await fill(pool, 2)
+        busy = await pool.acquire()
+        start = trio.current_time()
+        handler.push_handler(busy, moving(9, 3, None))
+        assert handler.state.pending_handoffs == 2  # scheduled, not due yet
+        await trio.sleep(1.4)
+        assert handler.performed == []
+        await trio.sleep(0.2)  # time / 2 = 1.5 s, fractional
+        performed = {p[0]: p for p in handler.performed}
+        assert set(performed) == {idle[0].id}  # busy is idle[1]: still in use
+        assert performed[idle[0].id][1] == Endpoint("10.0.0.1", 6379)  # the same address
+        assert performed[idle[0].id][2] - start == pytest.approx(1.5)
+        assert busy.handoff is not None  # claimed when released
+        pool.release(busy)
+        await trio.sleep(1)
+        assert {p[0] for p in handler.performed} == {idle[0].id, busy.id}
+
+
+async def test_failed_handoff_removes_the_connection(autojump_clock: trio.abc.Clock) -> None:
+    config = MaintConfig(max_workers=2, handoff_queue_size=4, max_handoff_retries=2)
+    async with harness(FakeHandler(config)) as (handler, pool):
+        handler.unreachable.add(NEW)
+        events = handler.events()
+        conns = await fill(pool, 2)
+        busy = await pool.acquire()
+        handler.push_handler(busy, moving(1, 15, str(NEW)))
+        pool.release(busy)
+        await trio.sleep(5)
+        assert pool.connections == []
+        assert handler.state.failed_handoffs == 2
+        assert len(handler.performed) == 4  # two dial attempts each
+        failed = []
+        with trio.move_on_after(0.1):
+            async for event in events:
+                if isinstance(event, HandoffFailed):
+                    failed.append(event)
+        assert {e.conn_id for e in failed} == {c.id for c in conns}
+        assert all("HandoffRetriesExhaustedError" in e.error for e in failed)
+
+
+async def test_removed_connection_withdraws_its_handoff(autojump_clock: trio.abc.Clock) -> None:
+    async with harness() as (handler, pool):
+        handler.duration = 5.0
+        conns = await fill(pool, 2)
+        busy = await pool.acquire()
+        handler.push_handler(busy, moving(1, 15, str(NEW)))
+        pool.release(busy)
+        await trio.sleep(0.1)
+        assert handler.state.pending_handoffs == 2
+        pool.discard(conns[0], "test")
+        await trio.sleep(10)
+        assert handler.state.pending_handoffs == 0
+        assert handler.state.completed_handoffs == 1
+        assert pool.connections == [conns[1]]
+
+
+async def test_close_with_pending_handoffs_leaks_nothing(autojump_clock: trio.abc.Clock) -> None:
+    async with harness() as (handler, pool):
+        handler.duration = 60.0
+        conns = await fill(pool, 3)
+        busy = await pool.acquire()
+        handler.push_handler(busy, moving(1, 15, str(NEW)))
+        pool.release(busy)
+        await trio.sleep(0.1)
+        assert handler.state.pending_handoffs == 3
+    assert all(c.closed for c in conns)
+    assert pool.connections == []
+
+
+async def test_moving_on_pubsub_reconnects_once() -> None:
+    handler = MaintenanceHandler(OPTIONS)
+
+    @attrs.define
+    class FakePubSub:
+        reconnects: int = 0
+
+        def reconnect_soon(self) -> None:
+            self.reconnects += 1
+
+    link = handler.pubsub_link()
+    ps = FakePubSub()
+    link.attach(ps)
+    conn = Connection(OPTIONS)
+    link.push(conn, moving(3, 15, "10.0.0.5:7000"))
+    link.push(conn, moving(3, 15, "10.0.0.5:7000"))
+    link.push(conn, moving(2, 15, "10.0.0.6:7000"))
+    assert ps.reconnects == 1
+    assert link.target == NEW
+    link.push(conn, [b"MIGRATING", 4, 5, b"1"])
+    assert isinstance(conn.timeouts, RelaxedTimeouts)
