@@ -51,3 +51,13 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package."""
     session.install("mypy", "-e", ".[test]")
     session.run("mypy", "--strict", "trio_maint")
+
+
+@nox.session(python=None, default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks (benchmarks/README.md): trio_maint against redis-py asyncio (hiredis) and
+    redis-benchmark, parser, maintenance overhead, handoff storm, memory. Not a default
+    session; ``nox -s bench -- --smoke`` for a quick run. redis-py is installed here only."""
+    _require_redis_server(session)
+    session.install("-e", ".", "redis[hiredis]>=5.0", "pyinstrument")
+    session.run("python", "-m", "benchmarks", *session.posargs)

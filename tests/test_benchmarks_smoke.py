@@ -1,0 +1,116 @@
+"""Smoke runs of benchmarks/: each benchmark's ``--smoke`` mode runs and writes well-formed
+JSON. Nothing here is timed: the numbers of a smoke run mean nothing.
+
+redis-py is installed only by ``nox -s bench``; without it the throughput benchmark records
+the comparison as skipped and still measures trio_maint and redis-benchmark.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = {
+    "throughput": "benchmarks.bench_throughput",
+    "parser": "benchmarks.bench_parser",
+    "maintenance_overhead": "benchmarks.bench_maintenance",
+    "handoff_storm": "benchmarks.bench_handoff",
+    "memory": "benchmarks.bench_memory",
+}
+HAVE_REDIS_PY = importlib.util.find_spec("redis") is not None
+
+
+def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("PYTHONDEVMODE", None)  # dev mode's per-call checks are not what is measured
+    proc = subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a safety bound, not a timed assertion
+        check=False,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_summary(summary: dict[str, Any]) -> None:
+    assert summary["rounds"], summary
+    assert all(is_number(v) for v in summary["rounds"])
+    for key in ("median", "min", "max", "spread_pct"):
+        assert is_number(summary[key]), (key, summary)
+    assert summary["min"] <= summary["median"] <= summary["max"]
+
+
+def check_document(name: str, doc: dict[str, Any]) -> None:
+    assert doc["benchmark"] == name
+    assert doc["smoke"] is True
+    assert doc["environment"]["python"]
+    if name == "throughput":
+        assert set(doc["cases"]) == {"seq_get", "pool50_setget", "pipeline100", "multi10"}
+        for entry in doc["cases"].values():
+            check_summary(entry["trio_maint"])
+            assert entry["trio_maint"]["median"] > 0
+            check_summary(entry["trio_maint"]["cpu_us_per_op"])
+            if HAVE_REDIS_PY:
+                check_summary(entry["redis-py"])
+            else:
+                assert "redis-py" not in entry
+                assert entry["ratios"]["trio_maint/redis-py"] is None
+        if not HAVE_REDIS_PY:
+            assert "redis-py" in doc["skipped"]
+    elif name == "parser":
+        for entry in doc["cases"].values():
+            for layer in ("hiredis", "RespParser", "Connection"):
+                check_summary(entry[layer])
+            assert all(is_number(v) for v in entry["overhead_pct"].values())
+    elif name == "maintenance_overhead":
+        for mode in ("disabled", "enabled"):
+            check_summary(doc["modes"][mode]["ops_per_s"])
+            check_summary(doc["modes"][mode]["cpu_us_per_op"])
+        assert max(doc["modes"]["enabled"]["maint_enabled_connections"]) > 0
+        assert max(doc["modes"]["disabled"]["maint_enabled_connections"]) == 0
+        assert is_number(doc["overhead_pct"]["cpu_per_op"])
+    elif name == "handoff_storm":
+        assert set(doc["results"]) == {"storm", "small_queue"}
+        for variant in doc["results"].values():
+            (run_,) = variant["rounds"]
+            assert isinstance(run_["converged"], bool)
+            assert isinstance(run_["failed_commands"], int)
+            assert run_["opted_in_before"] == run_["pool_size"]
+            assert is_number(run_["rss_mib"]["peak_during_storm"])
+            assert run_["commands_total"] > 0
+    elif name == "memory":
+        for variant in ("disabled", "enabled"):
+            check_summary(doc["results"][variant]["per_1000_mib"])
+        assert doc["results"]["enabled"]["rounds"][0]["opted_in"] > 0
+
+
+@pytest.mark.parametrize("name", list(BENCHMARKS))
+def test_smoke(name: str, tmp_path: Path) -> None:
+    out = tmp_path / f"{name}.json"
+    proc = run([BENCHMARKS[name], "--smoke", "--out", str(out)], tmp_path)
+    assert "##" in proc.stdout  # printed its table
+    check_document(name, json.loads(out.read_text()))
+
+
+def test_runner_combines(tmp_path: Path) -> None:
+    run(["benchmarks", "--smoke", "--only", "parser", "--out-dir", str(tmp_path)], tmp_path)
+    combined = json.loads((tmp_path / "all.json").read_text())
+    assert list(combined) == ["parser"]
+    check_document("parser", combined["parser"])
