@@ -1,0 +1,824 @@
+"""The ``trio-maint demo`` engine: two real redis-servers behind maintenance simulators,
+a concurrent workload through :func:`~trio_maint.open_redis`, a maintenance timeline, and
+a report (see :func:`run_demo`). The command line and the rendering are in ``_cli``.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import random
+import socket
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, Protocol
+
+import trio
+
+from ._client import open_redis
+from ._config import MaintConfig
+from ._maintenance import (
+    EventsDropped,
+    HandoffFailed,
+    HandoffSucceeded,
+    MaintenanceDisabled,
+    MaintenanceEvent,
+    MaintenanceHandler,
+    MalformedNotification,
+    MovingStarted,
+    NotificationReceived,
+)
+from ._notifications import Moving
+from .testing import (
+    MaintenanceSimulator,
+    RawConnection,
+    RedisServer,
+    RedisServerNotFoundError,
+    connect_raw,
+    free_port,
+)
+
+__all__ = ["SCENARIOS", "DemoConfig", "DemoError", "DemoReport", "run_demo"]
+
+#: The maintenance timelines ``--scenario`` accepts.
+SCENARIOS: Final = ("moving", "failover", "none", "unreachable")
+
+ScenarioName = Literal["moving", "failover", "none", "unreachable"]
+
+# The timeline at speed 1, in seconds, as measured on managed Redis (docs/testing.md).
+BEFORE: Final = 4.0  # traffic before the first notification
+LEAD: Final = 2.0  # MIGRATING / FAILING_OVER announce the work this long ahead
+WORK: Final = 1.0  # the work itself
+MOVING_TIME: Final = 15  # MOVING's ``time``
+GRACE: Final = 2.0  # the old endpoint closes this long after ``time`` runs out
+AFTER: Final = 4.0  # traffic after the window
+FAILOVER_LATENCY: Final = 0.2  # seconds added to replies while a failover works
+
+
+class DemoError(Exception):
+    """A problem the user can fix (port in use, redis-server missing, bad option): the
+    command line prints the message as one line."""
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """Settings of one demo run.
+
+    :ivar tasks: concurrent workload tasks (``int`` >= 1).
+    :ivar duration: total seconds of traffic (``float``), or ``None`` for the timeline's
+        own length (traffic before, the window, traffic after; divided by ``speed``).
+    :ivar pool_size: the client's pool size (``int`` >= 1).
+    :ivar keys: size of the key space (``int`` >= ``tasks``).
+    :ivar mix: relative weights of reads, writes and pipelines (``tuple[int, int, int]``).
+    :ivar speed: the timeline is compressed by this factor (``float`` > 0).
+    :ivar scenario: one of :data:`SCENARIOS`.
+    :ivar port: port of endpoint A (``0`` = a free one).
+    :ivar seed: seed of the workload's random choices (``None`` = random).
+    """
+
+    tasks: int = 8
+    duration: float | None = None
+    pool_size: int = 4
+    keys: int = 1000
+    mix: tuple[int, int, int] = (60, 30, 10)
+    speed: float = 1.0
+    scenario: ScenarioName = "moving"
+    port: int = 0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.tasks < 1:
+            raise DemoError(f"--tasks must be >= 1, got {self.tasks}")
+        if self.pool_size < 1:
+            raise DemoError(f"--pool-size must be >= 1, got {self.pool_size}")
+        if self.keys < self.tasks:
+            raise DemoError(f"--keys must be >= --tasks ({self.tasks}), got {self.keys}")
+        if len(self.mix) != 3 or min(self.mix) < 0 or sum(self.mix) <= 0:
+            raise DemoError(f"--mix needs three weights >= 0, not all 0, got {self.mix}")
+        if not (self.speed > 0 and math.isfinite(self.speed)):
+            raise DemoError(f"--speed must be > 0, got {self.speed}")
+        if self.scenario not in SCENARIOS:
+            raise DemoError(f"--scenario must be one of {', '.join(SCENARIOS)}")
+        if not 0 <= self.port <= 65535:
+            raise DemoError(f"--port must be in 0..65535, got {self.port}")
+        if self.duration is not None and self.duration < self.window + 2 * self.min_phase:
+            raise DemoError(
+                f"--duration {self.duration:g} s is too short: the {self.scenario} window "
+                f"takes {self.window:g} s at --speed {self.speed:g}, plus traffic before and "
+                f"after (at least {self.min_phase:g} s each)"
+            )
+
+    @property
+    def announced_time(self) -> int:
+        """MOVING's ``time`` after compression (whole seconds, at least 1)."""
+        return max(1, round(MOVING_TIME / self.speed))
+
+    @property
+    def announced_lead(self) -> int:
+        """MIGRATING / FAILING_OVER's announced lead after compression (whole seconds)."""
+        return max(1, round(LEAD / self.speed))
+
+    @property
+    def close_after(self) -> float:
+        """Seconds from MOVING to the old endpoint closing its connections."""
+        return self.announced_time + GRACE / self.speed
+
+    @property
+    def window(self) -> float:
+        """Length of the maintenance window in seconds (after compression)."""
+        pair = (LEAD + WORK) / self.speed
+        if self.scenario == "failover":
+            return pair
+        return pair + self.close_after
+
+    @property
+    def min_phase(self) -> float:
+        """The shortest traffic phase before or after the window (seconds)."""
+        return min(BEFORE, AFTER) / self.speed / 4
+
+    @property
+    def phases(self) -> tuple[float, float]:
+        """Seconds of traffic before and after the window."""
+        if self.duration is None:
+            return BEFORE / self.speed, AFTER / self.speed
+        rest = (self.duration - self.window) / 2
+        return rest, rest
+
+    @property
+    def endpoint_type(self) -> str:
+        """The ``moving-endpoint-type`` the demo's client asks for."""
+        return "none" if self.scenario == "none" else "internal-ip"
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return math.nan
+    index = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+def latency_summary(values: list[float]) -> dict[str, float | int]:
+    """``{"count", "p50", "p99", "max"}`` of latencies in seconds (``nan`` when empty)."""
+    ordered = sorted(values)
+    return {
+        "count": len(ordered),
+        "p50": _percentile(ordered, 0.50),
+        "p99": _percentile(ordered, 0.99),
+        "max": ordered[-1] if ordered else math.nan,
+    }
+
+
+@dataclass
+class DemoReport:
+    """The outcome of :func:`run_demo`; :meth:`as_dict` is the ``--json`` document.
+
+    Times are seconds (``float``) from the start of the workload; latencies are seconds.
+    """
+
+    config: DemoConfig
+    endpoints: dict[str, str] = field(default_factory=dict)
+    total_commands: int = 0
+    failed_commands: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    handoffs_completed: int = 0
+    handoffs_failed: int = 0
+    connections_moved: int = 0
+    latency: dict[str, dict[str, float | int]] = field(default_factory=dict)
+    window: tuple[float, float] = (math.nan, math.nan)
+    duration: float = 0.0
+    keys_checked: int = 0
+    keys_missing: int = 0
+    keys_stale: int = 0
+    counters_checked: int = 0
+    counters_short: int = 0
+    checked_on: str = "B"
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+    notifications: list[dict[str, Any]] = field(default_factory=list)
+    series: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def data_intact(self) -> bool:
+        """Every acknowledged write was found on the checked server."""
+        return self.keys_missing == 0 and self.keys_stale == 0 and self.counters_short == 0
+
+    @property
+    def ok(self) -> bool:
+        """No command failed and no acknowledged write was lost."""
+        return self.failed_commands == 0 and self.data_intact
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain JSON-compatible values (``nan`` becomes ``None``)."""
+
+        def clean(value: Any) -> Any:
+            if isinstance(value, float) and not math.isfinite(value):
+                return None
+            if isinstance(value, dict):
+                return {k: clean(v) for k, v in value.items()}
+            if isinstance(value, list | tuple):
+                return [clean(v) for v in value]
+            return value
+
+        cfg = self.config
+        document: dict[str, Any] = clean(
+            {
+                "ok": self.ok,
+                "scenario": cfg.scenario,
+                "speed": cfg.speed,
+                "tasks": cfg.tasks,
+                "pool_size": cfg.pool_size,
+                "keys": cfg.keys,
+                "mix": {"reads": cfg.mix[0], "writes": cfg.mix[1], "pipelines": cfg.mix[2]},
+                "duration": self.duration,
+                "endpoints": self.endpoints,
+                "commands": {
+                    "total": self.total_commands,
+                    "failed": self.failed_commands,
+                    "errors": self.errors,
+                },
+                "handoffs": {
+                    "completed": self.handoffs_completed,
+                    "failed": self.handoffs_failed,
+                    "connections_moved": self.connections_moved,
+                },
+                "latency": self.latency,
+                "window": {"start": self.window[0], "end": self.window[1]},
+                "data_check": {
+                    "server": self.checked_on,
+                    "keys_checked": self.keys_checked,
+                    "missing": self.keys_missing,
+                    "stale": self.keys_stale,
+                    "counters_checked": self.counters_checked,
+                    "counters_short": self.counters_short,
+                    "intact": self.data_intact,
+                },
+                "timeline": [{"t": t, "label": label} for t, label in self.timeline],
+                "notifications": self.notifications,
+                "series": self.series,
+            }
+        )
+        return document
+
+
+# ----------------------------------------------------------------------- live snapshots
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the live view shows, refreshed a few times a second."""
+
+    elapsed: float
+    phase: str
+    ops_per_second: float
+    total: int
+    failed: int
+    relaxed: int
+    pending: int
+    completed: int
+    handoff_failed: int
+    endpoint: str
+
+
+class Observer(Protocol):
+    """Receives the demo's progress (the command line's live view)."""
+
+    def event(self, elapsed: float, text: str) -> None:
+        """Something happened (a notification, a handoff, a timeline step)."""
+
+    def update(self, snapshot: Snapshot) -> None:
+        """Periodic numbers."""
+
+
+class _Silent:
+    def event(self, elapsed: float, text: str) -> None:
+        pass
+
+    def update(self, snapshot: Snapshot) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------- workload
+
+
+@dataclass
+class _Stats:
+    start: float
+    ops: list[tuple[float, float]] = field(default_factory=list)  # (started, latency)
+    failed_at: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    acked: dict[str, int] = field(default_factory=dict)  # key -> last acknowledged counter
+    increments: dict[str, int] = field(default_factory=dict)  # counter key -> acked INCRs
+
+    def record(self, started: float, ended: float, weight: int = 1) -> None:
+        entry = (started - self.start, ended - started)
+        for _ in range(weight):
+            self.ops.append(entry)
+
+
+async def _task(
+    r: Any, stats: _Stats, task: int, cfg: DemoConfig, stop: trio.Event, rng: random.Random
+) -> None:
+    own = list(range(task, cfg.keys, cfg.tasks))
+    counter = 0
+    count_key = f"demo:count:{task}"
+    weights = list(cfg.mix)
+    kinds = ("read", "write", "pipeline")
+    while not stop.is_set():
+        kind = rng.choices(kinds, weights)[0]
+        started = trio.current_time()
+        try:
+            if kind == "read":
+                await r.get(f"demo:key:{rng.randrange(cfg.keys)}")
+                size = 1
+            elif kind == "write":
+                counter += 1
+                key = f"demo:key:{rng.choice(own)}"
+                await r.set(key, f"{task}:{counter}")
+                stats.acked[key] = counter
+                size = 1
+            else:
+                writes = [f"demo:key:{rng.choice(own)}" for _ in range(2)]
+                async with r.pipeline(transaction=False) as pipe:
+                    values = []
+                    for key in writes:
+                        counter += 1
+                        values.append(counter)
+                        pipe.set(key, f"{task}:{counter}")
+                    pipe.get(f"demo:key:{rng.randrange(cfg.keys)}")
+                    pipe.incr(count_key)
+                    await pipe.execute()
+                for key, value in zip(writes, values, strict=True):
+                    stats.acked[key] = value
+                stats.increments[count_key] = stats.increments.get(count_key, 0) + 1
+                size = 4
+        except trio.Cancelled:
+            raise
+        except Exception as exc:
+            stats.failed_at.append(trio.current_time() - stats.start)
+            stats.errors[type(exc).__name__] += 1
+            await trio.sleep(0.001)
+            continue
+        stats.record(started, trio.current_time(), size)
+
+
+# ---------------------------------------------------------------------- server helpers
+
+
+def _info(reply: Any) -> dict[str, str]:
+    text = reply.decode() if isinstance(reply, bytes) else str(reply)
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+async def _command(conn: RawConnection, *args: str | int) -> Any:
+    reply = await conn.execute(*args)
+    if isinstance(reply, Exception):
+        raise RuntimeError(f"{' '.join(map(str, args))} failed: {reply}")
+    return reply
+
+
+async def _offset(conn: RawConnection) -> int:
+    return int(_info(await _command(conn, "INFO", "replication")).get("master_repl_offset", 0))
+
+
+async def _caught_up(replica: RawConnection, offset: int, timeout: float = 10.0) -> None:
+    with trio.fail_after(timeout):
+        while True:
+            info = _info(await _command(replica, "INFO", "replication"))
+            if (
+                info.get("master_link_status") == "up"
+                and int(info.get("slave_repl_offset", -1)) >= offset
+            ):
+                return
+            await trio.sleep(0.01)
+
+
+async def _replicate(a: RawConnection, b: RawConnection, a_server: RedisServer) -> None:
+    """B becomes a replica of A and catches up."""
+    await a.execute("CONFIG", "SET", "repl-diskless-sync-delay", "0")
+    await _command(b, "REPLICAOF", a_server.host, a_server.port)
+    await _caught_up(b, await _offset(a))
+
+
+async def _promote(
+    a: RawConnection, b: RawConnection, a_server: RedisServer, b_server: RedisServer
+) -> float:
+    """Writes paused on A, B catches up and is promoted, A becomes B's replica (so a late
+    write on A fails instead of being lost). Returns the seconds writes were paused."""
+    paused = trio.current_time()
+    await _command(a, "CLIENT", "PAUSE", 10_000, "WRITE")
+    try:
+        await _caught_up(b, await _offset(a))
+        await _command(b, "REPLICAOF", "NO", "ONE")
+        await _command(a, "REPLICAOF", b_server.host, b_server.port)
+    finally:
+        with trio.CancelScope(shield=True):
+            await a.execute("CLIENT", "UNPAUSE")
+    return trio.current_time() - paused
+
+
+# --------------------------------------------------------------------------- the demo
+
+
+def _describe(n: Any, names: dict[str, str]) -> tuple[str, str]:
+    """(what arrived, what the client does) for a notification."""
+    name = n.NAME
+    seq = getattr(n, "seq_id", None)
+    head = f"{name} seq={seq}" if seq is not None else name
+    if isinstance(n, Moving):
+        if n.endpoint is None:
+            return (
+                f"{head} time={n.time:g}s endpoint=null",
+                f"reconnect to the same address in {n.time / 2:g} s",
+            )
+        where = str(n.endpoint)
+        label = names.get(where)
+        shown = f"{where} ({label})" if label else where
+        return (f"{head} time={n.time:g}s endpoint={shown}", f"hand connections off to {shown}")
+    if name in ("MIGRATING", "FAILING_OVER", "SMIGRATING"):
+        return head, "relax timeouts"
+    return head, "restore timeouts"
+
+
+class _Demo:
+    def __init__(self, cfg: DemoConfig, observer: Observer) -> None:
+        self.cfg = cfg
+        self.observer = observer
+        self.stats = _Stats(start=trio.current_time())
+        self.report = DemoReport(cfg)
+        self.names: dict[str, str] = {}
+        self.phase = "starting"
+        self.seen: dict[tuple[str, Any], dict[str, Any]] = {}
+        self.client: Any = None
+
+    def now(self) -> float:
+        return trio.current_time() - self.stats.start
+
+    def step(self, label: str) -> None:
+        t = self.now()
+        self.report.timeline.append((t, label))
+        self.observer.event(t, label)
+
+    # ------------------------------------------------------------------ events
+
+    def on_event(self, event: MaintenanceEvent) -> None:
+        t = self.now()
+        if isinstance(event, NotificationReceived):
+            n = event.notification
+            key = (n.NAME, getattr(n, "seq_id", None))
+            entry = self.seen.get(key)
+            if entry is None:
+                arrived, action = _describe(n, self.names)
+                entry = {"t": t, "name": n.NAME, "seq_id": key[1], "connections": 0}
+                entry["text"] = arrived
+                entry["action"] = action
+                self.seen[key] = entry
+                self.report.notifications.append(entry)
+                self.observer.event(t, f"{arrived} -> {action}")
+            entry["connections"] += 1
+        elif isinstance(event, HandoffSucceeded):
+            label = self.names.get(event.endpoint, event.endpoint)
+            self.observer.event(
+                t, f"handoff conn {event.conn_id} -> {label} done in {event.latency * 1e3:.1f} ms"
+            )
+        elif isinstance(event, HandoffFailed):
+            label = self.names.get(event.endpoint, event.endpoint)
+            self.observer.event(t, f"handoff conn {event.conn_id} -> {label} FAILED: {event.error}")
+        elif isinstance(event, MovingStarted):
+            pass
+        elif isinstance(event, MalformedNotification):
+            self.observer.event(t, f"malformed notification ignored: {event.reason}")
+        elif isinstance(event, MaintenanceDisabled):
+            self.observer.event(t, f"maintenance handling disabled: {event.reply}")
+        elif isinstance(event, EventsDropped):
+            self.observer.event(t, f"({event.count} events dropped)")
+
+    async def consume(self, handler: MaintenanceHandler) -> None:
+        async with handler.events(max_buffer=4096) as events:
+            async for event in events:
+                self.on_event(event)
+
+    async def refresh(self, handler: MaintenanceHandler, stop: trio.Event) -> None:
+        while not stop.is_set():
+            state = handler.state
+            now = self.now()
+            ops = self.stats.ops
+            recent = 0
+            for started, _latency in reversed(ops):
+                if started < now - 1.0:
+                    break
+                recent += 1
+            span = min(1.0, max(now, 1e-3))
+            endpoint = state.current_endpoint
+            self.observer.update(
+                Snapshot(
+                    elapsed=now,
+                    phase=self.phase,
+                    ops_per_second=recent / span,
+                    total=len(ops),
+                    failed=len(self.stats.failed_at),
+                    relaxed=state.relaxed_connections,
+                    pending=state.pending_handoffs,
+                    completed=state.completed_handoffs,
+                    handoff_failed=state.failed_handoffs,
+                    endpoint=f"{self.names.get(endpoint, '?')} {endpoint}",
+                )
+            )
+            await trio.sleep(0.25)
+
+    # ------------------------------------------------------------------ timeline
+
+    async def window(
+        self,
+        sim_a: MaintenanceSimulator,
+        sim_b: MaintenanceSimulator,
+        a_server: RedisServer,
+        b_server: RedisServer,
+        admin_a: RawConnection,
+        admin_b: RawConnection,
+    ) -> None:
+        cfg = self.cfg
+        speed = cfg.speed
+        start = trio.current_time()
+        lead = cfg.announced_lead
+        if cfg.scenario == "failover":
+            seq = await sim_a.inject_failing_over(time=lead, remember=True)
+            self.step(f"server: FAILING_OVER seq={seq} sent (work starts in {lead} s)")
+            await trio.sleep_until(start + LEAD / speed)
+            sim_a.set_latency(FAILOVER_LATENCY)
+            self.step(f"server: failover work, replies delayed by {FAILOVER_LATENCY:g} s")
+            await trio.sleep_until(start + (LEAD + WORK) / speed)
+            sim_a.set_latency(0.0)
+            await sim_a.inject_failed_over(seq_id=seq + 1)
+            self.step(f"server: FAILED_OVER seq={seq + 1} sent")
+            return
+        seq = await sim_a.inject_migrating(time=lead, remember=True)
+        self.step(f"server: MIGRATING seq={seq} sent")
+        if cfg.scenario in ("moving", "none"):
+            await _replicate(admin_a, admin_b, a_server)
+            self.step("server: B is a replica of A and caught up (the data is copied)")
+        await trio.sleep_until(start + (LEAD + WORK) / speed)
+        await sim_a.inject_migrated(seq_id=seq + 1)
+        self.step(f"server: MIGRATED seq={seq + 1} sent")
+        moving_at = trio.current_time()
+        if cfg.scenario == "unreachable":
+            dead = ("127.0.0.1", free_port())
+            self.names[f"{dead[0]}:{dead[1]}"] = "unreachable"
+            seq = await sim_a.inject_moving(time=cfg.announced_time, target=dead, remember=True)
+            self.step(f"server: MOVING seq={seq} to {dead[0]}:{dead[1]}, where nothing listens")
+            await trio.sleep_until(moving_at + cfg.close_after)
+            sim_a.forget("MOVING")
+            self.step("server: the MOVING window is over (A kept serving)")
+            return
+        await self.move(sim_a, sim_b, a_server, b_server, admin_a, admin_b, moving_at)
+
+    async def move(
+        self,
+        sim_a: MaintenanceSimulator,
+        sim_b: MaintenanceSimulator,
+        a_server: RedisServer,
+        b_server: RedisServer,
+        admin_a: RawConnection,
+        admin_b: RawConnection,
+        moving_at: float,
+    ) -> None:
+        """MOVING to B, then the switch of roles once no client connection reaches A's
+        server any more. B's endpoint holds traffic (the simulator's ``stall``) until B is
+        promoted, so no client ever writes to the replica; A keeps serving the connections
+        MOVING has not moved yet, so none of them meets a read-only server."""
+        cfg = self.cfg
+        null = cfg.scenario == "none"
+        if not null:
+            sim_b.stall()
+            sim_a.set_backend(sim_b)
+        moved = [c.id for c in sim_a.connections]
+        seq = await sim_a.inject_moving(time=cfg.announced_time, target=sim_b, remember=True)
+        self.step(f"server: MOVING seq={seq} sent to {len(moved)} connections of A")
+        self.report.connections_moved = len(moved)
+        if null:
+            # Clients of type "none" reconnect to the same address after time / 2: from a
+            # little before then, new connections to A lead to B.
+            await trio.sleep_until(moving_at + 0.9 * cfg.announced_time / 2)
+            sim_b.stall()
+            sim_a.set_backend(sim_b)
+            self.step("server: new connections to A now lead to B")
+        a_address = a_server.address
+        pool = self.client.pool
+        manager = self.client.maintenance.manager if self.client.maintenance else None
+
+        def quiet() -> bool:
+            # Every stream still on A's server belongs to a connection the client is
+            # handing off (it sends no more commands there): A can be switched now.
+            on_a = sum(1 for c in sim_a.connections if c.backend == a_address)
+            handing_off = sum(
+                1 for c in pool.connections if manager is not None and manager.is_pending(c.id)
+            )
+            return on_a <= handing_off
+
+        deadline = moving_at + cfg.close_after
+        with trio.move_on_at(deadline):
+            while not quiet():
+                await trio.sleep(0.002)
+        left = [c.id for c in sim_a.connections if c.backend == a_address]
+        if left and trio.current_time() >= deadline:
+            sim_a.close_connections(connections=left)
+            self.step(f"server: {len(left)} connections still busy on A closed")
+        paused = await _promote(admin_a, admin_b, a_server, b_server)
+        sim_b.unstall()
+        self.step(f"server: B promoted, A is now its replica (writes paused {paused * 1e3:.1f} ms)")
+        await trio.sleep_until(deadline)
+        sim_a.forget("MOVING")
+        closed = sim_a.close_connections(connections=moved)
+        self.step(f"server: A's time is up, {len(closed)} of its old connections still open")
+
+    # ------------------------------------------------------------------ data check
+
+    async def check(self, conn: RawConnection) -> None:
+        acked = dict(self.stats.acked)
+        keys = sorted(acked)
+        report = self.report
+        report.keys_checked = len(keys)
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            values = await _command(conn, "MGET", *chunk)
+            for key, value in zip(chunk, values, strict=True):
+                if value is None:
+                    report.keys_missing += 1
+                    continue
+                counter = int(value.decode().rpartition(":")[2])
+                if counter < acked[key]:
+                    report.keys_stale += 1
+        counts = dict(self.stats.increments)
+        report.counters_checked = len(counts)
+        for key, expected in counts.items():
+            value = await conn.execute("GET", key)
+            if value is None or int(value) < expected:
+                report.counters_short += 1
+
+    # ------------------------------------------------------------------ summary
+
+    def summarize(self, window: tuple[float, float], end: float) -> None:
+        report = self.report
+        stats = self.stats
+        report.duration = end
+        report.window = window
+        report.total_commands = len(stats.ops) + len(stats.failed_at)
+        report.failed_commands = len(stats.failed_at)
+        report.errors = dict(stats.errors)
+        phases: dict[str, list[float]] = {"before": [], "during": [], "after": []}
+        for started, latency in stats.ops:
+            if started < window[0]:
+                phases["before"].append(latency)
+            elif started < window[1]:
+                phases["during"].append(latency)
+            else:
+                phases["after"].append(latency)
+        report.latency = {name: latency_summary(values) for name, values in phases.items()}
+        bucket = min(1.0, max(0.05, end / 80))
+        count = max(1, int(end / bucket))  # whole buckets only
+        per: list[list[float]] = [[] for _ in range(count)]
+        fails = [0] * count
+        for started, latency in stats.ops:
+            if int(started / bucket) < count:
+                per[int(started / bucket)].append(latency)
+        for t in stats.failed_at:
+            if int(t / bucket) < count:
+                fails[int(t / bucket)] += 1
+        report.series = [
+            {
+                "t": i * bucket,
+                "ops_per_second": len(values) / bucket,
+                "p99": _percentile(sorted(values), 0.99),
+                "failed": fails[i],
+            }
+            for i, values in enumerate(per)
+        ]
+
+
+async def run_demo(cfg: DemoConfig, observer: Observer | None = None) -> DemoReport:
+    """Run the demo and return its :class:`DemoReport`.
+
+    Starts two ``redis-server`` processes (A and B) on free loopback ports, each behind a
+    :class:`~trio_maint.testing.MaintenanceSimulator`; runs ``cfg.tasks`` workload tasks
+    through one :func:`~trio_maint.open_redis` client on A's endpoint; drives the
+    scenario's maintenance timeline; then checks on B that every acknowledged write is
+    there. Everything it starts is stopped before it returns.
+
+    :param observer: receives events and live numbers (default: none).
+    :raises DemoError: redis-server is missing or failed to start, or A's port is in use.
+    """
+    observer = observer if observer is not None else _Silent()
+    demo = _Demo(cfg, observer)
+    rng = random.Random(cfg.seed)
+    try:
+        server_a = RedisServer()
+        server_b = RedisServer()
+    except RedisServerNotFoundError as exc:
+        raise DemoError(str(exc)) from None
+    if cfg.port:
+        _check_port(cfg.port)
+    entered = False
+    report: DemoReport | None = None
+    try:
+        async with server_a, server_b:
+            sim_a = MaintenanceSimulator(server_a, port=cfg.port)
+            async with sim_a, MaintenanceSimulator(server_b) as sim_b:
+                entered = True
+                report = await _drive(demo, cfg, rng, server_a, server_b, sim_a, sim_b)
+    except RuntimeError as exc:
+        if entered:
+            raise
+        raise DemoError(f"redis-server failed to start: {exc}") from None
+    except OSError as exc:
+        if entered:
+            raise
+        if exc.errno == errno.EADDRINUSE:
+            raise DemoError(f"port {cfg.port} is in use (choose another with --port)") from None
+        raise DemoError(f"cannot listen on port {cfg.port}: {exc.strerror or exc}") from None
+    assert report is not None
+    return report
+
+
+def _check_port(port: int) -> None:
+    """Fail early, with one line, when A's port is taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise DemoError(f"port {port} is in use (choose another with --port)") from None
+            raise DemoError(f"cannot listen on port {port}: {exc.strerror or exc}") from None
+
+
+async def _drive(
+    demo: _Demo,
+    cfg: DemoConfig,
+    rng: random.Random,
+    server_a: RedisServer,
+    server_b: RedisServer,
+    sim_a: MaintenanceSimulator,
+    sim_b: MaintenanceSimulator,
+) -> DemoReport:
+    report = demo.report
+    a_text = f"{sim_a.host}:{sim_a.port}"
+    b_text = f"{sim_b.host}:{sim_b.port}"
+    demo.names.update({a_text: "A", b_text: "B"})
+    report.endpoints = {
+        "A": a_text,
+        "B": b_text,
+        "A_server": f"{server_a.host}:{server_a.port}",
+        "B_server": f"{server_b.host}:{server_b.port}",
+    }
+    before, after = cfg.phases
+    async with (
+        await connect_raw(server_a.address) as admin_a,
+        await connect_raw(server_b.address) as admin_b,
+    ):
+        if cfg.scenario in ("failover", "unreachable"):
+            # B follows A all along; the data check reads B once it caught up.
+            await _replicate(admin_a, admin_b, server_a)
+        config = MaintConfig(endpoint_type=cfg.endpoint_type)
+        async with open_redis(sim_a.url, pool_size=cfg.pool_size, maintenance=config) as r:
+            handler = r.maintenance
+            assert handler is not None
+            demo.client = r
+            stop = trio.Event()
+            window = (math.nan, math.nan)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(demo.consume, handler)
+                await trio.lowlevel.checkpoint()
+                demo.stats.start = trio.current_time()
+                nursery.start_soon(demo.refresh, handler, stop)
+                async with trio.open_nursery() as workers:
+                    for task in range(cfg.tasks):
+                        workers.start_soon(
+                            _task, r, demo.stats, task, cfg, stop, random.Random(rng.random())
+                        )
+                    demo.phase = "before"
+                    demo.step(f"workload: {cfg.tasks} tasks, pool of {cfg.pool_size}")
+                    await trio.sleep(before)
+                    demo.phase = "window"
+                    w_start = demo.now()
+                    await demo.window(sim_a, sim_b, server_a, server_b, admin_a, admin_b)
+                    w_end = demo.now()
+                    window = (w_start, w_end)
+                    demo.phase = "after"
+                    await trio.sleep(after)
+                    stop.set()
+                end = demo.now()
+                demo.phase = "checking"
+                state = handler.state
+                report.handoffs_completed = state.completed_handoffs
+                report.handoffs_failed = state.failed_handoffs
+                nursery.cancel_scope.cancel()
+        if cfg.scenario in ("failover", "unreachable"):
+            await _caught_up(admin_b, await _offset(admin_a))
+        await demo.check(admin_b)
+    demo.summarize(window, end)
+    return report
