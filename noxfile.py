@@ -61,3 +61,21 @@ def bench(session: nox.Session) -> None:
     _require_redis_server(session)
     session.install("-e", ".", "redis[hiredis]>=5.0", "pyinstrument")
     session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+@nox.session(python=None, default=False)
+def demo(session: nox.Session) -> None:
+    """``trio-maint demo`` in compressed form: a workload rides through a maintenance window
+    on two real redis-servers (README quick start; CI runs it once). Arguments after ``--``
+    go to the demo, e.g. ``nox -s demo -- --speed 1`` for the real-time timeline."""
+    _require_redis_server(session)
+    session.install("-e", ".[cli]")
+    args = session.posargs or ["--speed", "10"]
+    session.run("trio-maint", "demo", *args)
+
+
+@nox.session(python=None, default=False)
+def docs(session: nox.Session) -> None:
+    """Build the Sphinx site in docs/_build with warnings as errors."""
+    session.install("-e", ".[docs]")
+    session.run("sphinx-build", "-W", "-n", "-b", "html", "docs", "docs/_build")
