@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import select
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
@@ -375,7 +376,7 @@ class Connection:
         configured = self._configured_timeout(timeout)
         self._sending = self._receiving = True
         try:
-            await self._send(stream, data, configured)
+            await self._send(stream, data, configured, reply_follows=True)
             return await self._read_reply(configured)
         except BaseException:
             self.broken = True
@@ -399,7 +400,7 @@ class Connection:
         configured = self._configured_timeout(timeout)
         self._sending = self._receiving = True
         try:
-            await self._send(stream, data, configured)
+            await self._send(stream, data, configured, reply_follows=True)
             read = self._read_reply
             return [await read(configured) for _ in range(len(commands))]
         except BaseException:
@@ -483,8 +484,32 @@ class Connection:
 
     # ------------------------------------------------------------------- internals
 
-    async def _send(self, stream: trio.abc.Stream, data: bytes, configured: float | None) -> None:
+    async def _send(
+        self,
+        stream: trio.abc.Stream,
+        data: bytes,
+        configured: float | None,
+        *,
+        reply_follows: bool = False,
+    ) -> None:
         try:
+            if reply_follows and type(stream) is trio.SocketStream:
+                # Fast path (plain sockets, before reading a reply): a command almost
+                # always fits in the socket buffer, so write it at once, without a cancel
+                # scope or Trio's socket wrappers; what did not fit goes through send_all
+                # below. Not a schedule point itself: the reply's receive that follows
+                # always is one (and a cancelled caller writes nothing).
+                await trio.lowlevel.checkpoint_if_cancelled()
+                fd = stream.socket.fileno()
+                if fd < 0:
+                    raise trio.ClosedResourceError
+                try:
+                    sent = os.write(fd, data)
+                except BlockingIOError:
+                    sent = 0
+                if sent == len(data):
+                    return
+                data = data[sent:]
             deadline = self._deadline(configured)
             if deadline == _INF:
                 await stream.send_all(data)
@@ -529,8 +554,30 @@ class Connection:
         stream = self._stream
         if stream is None:
             raise ConnectionClosedError(f"connection {self.id} is closed")
+        data: bytes | bytearray
         try:
-            if deadline == _INF:
+            if type(stream) is trio.SocketStream:
+                # Fast path (plain sockets): wait until readable, then one read(), without
+                # the failed first recv() and the wrappers of SocketStream.receive_some.
+                # Cancellation can only happen in the wait, before anything was read.
+                sock = stream.socket
+                if deadline == _INF:
+                    await trio.lowlevel.wait_readable(sock)
+                else:
+                    with trio.move_on_at(deadline) as scope:
+                        await trio.lowlevel.wait_readable(sock)
+                    if scope.cancelled_caught:
+                        raise TimeoutError(
+                            f"no reply from {self.endpoint_text} within the socket timeout"
+                        )
+                fd = sock.fileno()
+                if fd < 0:
+                    raise trio.ClosedResourceError
+                try:
+                    data = os.read(fd, _RECEIVE_SIZE)
+                except BlockingIOError:  # pragma: no cover - a spurious wakeup: wait again
+                    return
+            elif deadline == _INF:
                 data = await stream.receive_some(_RECEIVE_SIZE)
             else:
                 data = b""

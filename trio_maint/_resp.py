@@ -8,7 +8,7 @@ Replies are parsed by :class:`RespParser`, a thin typed wrapper around
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, TypeAlias
 
 import hiredis
@@ -100,7 +100,7 @@ class RespParser:
         ``"utf-8"`` to get ``str`` (``decode_responses``).
     """
 
-    __slots__ = ("_reader", "broken", "encoding")
+    __slots__ = ("_gets", "_reader", "broken", "encoding")
 
     def __init__(self, encoding: str | None = None) -> None:
         self.encoding = encoding
@@ -114,6 +114,9 @@ class RespParser:
             kwargs["encoding"] = encoding
             kwargs["errors"] = "strict"
         self._reader = hiredis.Reader(**kwargs)
+        # The hot path: the reader's bound ``gets``, replaced by :meth:`_failed` once the
+        # parser is broken (so ``next_reply`` needs no check of its own per reply).
+        self._gets: Callable[[], RespValue] = self._reader.gets
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes to the parser's buffer."""
@@ -127,18 +130,24 @@ class RespParser:
         :raises UnicodeDecodeError: with an ``encoding``, a string did not decode; the reply
             is skipped and the parser stays usable.
         """
-        if self.broken:
-            raise ProtocolError("the RESP parser failed earlier; the connection is unusable")
         try:
-            return self._reader.gets()
+            return self._gets()
         except UnicodeDecodeError:
             raise
         except ProtocolError:
-            self.broken = True
+            self._break()
             raise
         except Exception as exc:  # hiredis fatal states (TypeError on unhashable keys, ...)
-            self.broken = True
+            self._break()
             raise ProtocolError(f"malformed RESP reply: {exc!r}") from exc
+
+    def _break(self) -> None:
+        self.broken = True
+        self._gets = self._failed
+
+    @staticmethod
+    def _failed() -> RespValue:
+        raise ProtocolError("the RESP parser failed earlier; the connection is unusable")
 
     def has_data(self) -> bool:
         """True when unconsumed bytes are buffered (possibly a partial reply)."""
