@@ -54,7 +54,7 @@ class PlainView:
         print(
             f"[{s.elapsed:8.3f}s] {s.phase}: {s.ops_per_second:,.0f} ops/s, {s.total:,} ok, "
             f"{s.failed} failed, {s.relaxed} relaxed, handoffs {s.pending} pending / "
-            f"{s.completed} done / {s.handoff_failed} failed, traffic to {s.endpoint}",
+            f"{s.completed} done / {s.handoff_failed} failed; {s.endpoint}",
             file=self.out,
             flush=True,
         )
@@ -95,7 +95,7 @@ class RichView:
                 f"{s.pending} pending, [green]{s.completed}[/] completed, "
                 f"[red]{s.handoff_failed}[/] failed",
             )
-            table.add_row("traffic goes to", s.endpoint)
+            table.add_row("traffic", s.endpoint)
         log = "\n".join(self.events[-12:]) or "(waiting)"
         return Group(
             Panel(table, title="trio-maint demo"), Panel(log, title="notifications and events")

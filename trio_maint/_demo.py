@@ -403,6 +403,10 @@ async def _replicate(a: RawConnection, b: RawConnection, a_server: RedisServer) 
     """B becomes a replica of A and catches up."""
     await a.execute("CONFIG", "SET", "repl-diskless-sync-delay", "0")
     await _command(b, "REPLICAOF", a_server.host, a_server.port)
+    # A's offset means something only once the link is up (it starts counting when the
+    # first replica attaches); then wait for B to reach it, so that the switch later has
+    # only the last few writes to wait for.
+    await _caught_up(b, 0)
     await _caught_up(b, await _offset(a))
 
 
@@ -456,6 +460,9 @@ class _Demo:
         self.phase = "starting"
         self.seen: dict[tuple[str, Any], dict[str, Any]] = {}
         self.client: Any = None
+        self.handoff_failures = 0
+        self.sims: tuple[MaintenanceSimulator, MaintenanceSimulator, tuple[str, int]] | None = None
+        self.failure_line_at = -math.inf
 
     def now(self) -> float:
         return trio.current_time() - self.stats.start
@@ -489,7 +496,17 @@ class _Demo:
             )
         elif isinstance(event, HandoffFailed):
             label = self.names.get(event.endpoint, event.endpoint)
-            self.observer.event(t, f"handoff conn {event.conn_id} -> {label} FAILED: {event.error}")
+            self.handoff_failures += 1
+            if self.handoff_failures <= 4:
+                self.observer.event(
+                    t, f"handoff conn {event.conn_id} -> {label} FAILED: {event.error}"
+                )
+            elif t - self.failure_line_at >= 1.0:
+                # a storm of failures gets one line a second, not one line each
+                self.failure_line_at = t
+                self.observer.event(
+                    t, f"{self.handoff_failures} handoffs to {label} failed so far: {event.error}"
+                )
         elif isinstance(event, MovingStarted):
             pass
         elif isinstance(event, MalformedNotification):
@@ -516,6 +533,11 @@ class _Demo:
                 recent += 1
             span = min(1.0, max(now, 1e-3))
             endpoint = state.current_endpoint
+            where = f"{self.names.get(endpoint, '?')} {endpoint}"
+            if self.sims is not None:
+                sim_a, sim_b, a_server = self.sims
+                on_a = sum(1 for c in sim_a.connections if c.backend == a_server)
+                where = f"A {on_a} / B {len(sim_b.connections)} connections, new ones dial {where}"
             self.observer.update(
                 Snapshot(
                     elapsed=now,
@@ -527,7 +549,7 @@ class _Demo:
                     pending=state.pending_handoffs,
                     completed=state.completed_handoffs,
                     handoff_failed=state.failed_handoffs,
-                    endpoint=f"{self.names.get(endpoint, '?')} {endpoint}",
+                    endpoint=where,
                 )
             )
             await trio.sleep(0.25)
@@ -570,6 +592,7 @@ class _Demo:
         if cfg.scenario == "unreachable":
             dead = ("127.0.0.1", free_port())
             self.names[f"{dead[0]}:{dead[1]}"] = "unreachable"
+            self.report.connections_moved = len(sim_a.connections)
             seq = await sim_a.inject_moving(time=cfg.announced_time, target=dead, remember=True)
             self.step(f"server: MOVING seq={seq} to {dead[0]}:{dead[1]}, where nothing listens")
             await trio.sleep_until(moving_at + cfg.close_after)
@@ -769,6 +792,7 @@ async def _drive(
     a_text = f"{sim_a.host}:{sim_a.port}"
     b_text = f"{sim_b.host}:{sim_b.port}"
     demo.names.update({a_text: "A", b_text: "B"})
+    demo.sims = (sim_a, sim_b, server_a.address)
     report.endpoints = {
         "A": a_text,
         "B": b_text,
