@@ -401,8 +401,18 @@ class Connection:
         self._sending = self._receiving = True
         try:
             await self._send(stream, data, configured, reply_follows=True)
-            read = self._read_reply
-            return [await read(configured) for _ in range(len(commands))]
+            # Replies already buffered are taken synchronously (no coroutine per reply);
+            # _read_reply waits for the rest and dispatches push frames.
+            count = len(commands)
+            replies: list[RespValue] = []
+            append = replies.append
+            next_parsed = self._next_parsed
+            while len(replies) < count:
+                reply = next_parsed()
+                if reply is NEED_DATA or reply.__class__ is PushNotification:
+                    reply = await self._read_reply(configured, reply)
+                append(reply)
+            return replies
         except BaseException:
             self.broken = True
             raise
@@ -534,10 +544,13 @@ class Connection:
             # hiredis skipped the rest of this reply: the stream is still in sync.
             return DataError(f"reply could not be decoded as {self.options.encoding}: {exc}")
 
-    async def _read_reply(self, configured: float | None) -> RespValue:
-        reply = self._next_parsed()
-        if reply is not NEED_DATA and reply.__class__ is not PushNotification:
-            return reply
+    async def _read_reply(self, configured: float | None, reply: RespValue = UNSET) -> RespValue:
+        """The next reply, waiting for it; ``reply``: what the caller just parsed (default:
+        parse first)."""
+        if reply is UNSET:
+            reply = self._next_parsed()
+            if reply is not NEED_DATA and reply.__class__ is not PushNotification:
+                return reply
         deadline = self._deadline(configured)
         while True:
             if reply is NEED_DATA:
