@@ -267,6 +267,7 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             scenario=args.scenario,
             port=args.port,
             seed=args.seed,
+            data_move=args.data_move,
         )
     except DemoError as exc:
         raise UsageError(str(exc)) from None
@@ -366,6 +367,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="moving",
         help="moving (default), failover, none (null-endpoint MOVING) or unreachable "
         "(MOVING to a dead endpoint: the circuit breaker)",
+    )
+    demo.add_argument(
+        "--data-move",
+        choices=("stall", "migrate"),
+        default="stall",
+        help="how moving/none move the data: stall (default: B's endpoint holds traffic "
+        "until B is promoted, A switches once idle) or migrate (trio_maint.testing.migrate: "
+        "A switches first, then MOVING; writes in flight meet READONLY)",
     )
     demo.add_argument("--port", type=int, default=0, help="port of endpoint A (default: free)")
     demo.add_argument("--seed", type=int, default=None, help="seed of the workload")

@@ -36,12 +36,19 @@ from .testing import (
     RedisServerNotFoundError,
     connect_raw,
     free_port,
+    migrate,
 )
 
 __all__ = ["SCENARIOS", "DemoConfig", "DemoError", "DemoReport", "run_demo"]
 
 #: The maintenance timelines ``--scenario`` accepts.
 SCENARIOS: Final = ("moving", "failover", "none", "unreachable")
+
+#: How ``moving`` and ``none`` move the data: ``stall`` (the demo's own sequence: B's
+#: endpoint holds traffic until B is promoted, A is switched once no client command can
+#: reach it) or ``migrate`` (:func:`trio_maint.testing.migrate`: A is switched first, then
+#: MOVING is sent, so writes in flight meet ``READONLY``).
+DataMove = Literal["stall", "migrate"]
 
 ScenarioName = Literal["moving", "failover", "none", "unreachable"]
 
@@ -74,6 +81,7 @@ class DemoConfig:
     :ivar scenario: one of :data:`SCENARIOS`.
     :ivar port: port of endpoint A (``0`` = a free one).
     :ivar seed: seed of the workload's random choices (``None`` = random).
+    :ivar data_move: see :data:`DataMove`.
     """
 
     tasks: int = 8
@@ -85,6 +93,7 @@ class DemoConfig:
     scenario: ScenarioName = "moving"
     port: int = 0
     seed: int | None = None
+    data_move: DataMove = "stall"
 
     def __post_init__(self) -> None:
         if self.tasks < 1:
@@ -99,6 +108,8 @@ class DemoConfig:
             raise DemoError(f"--speed must be > 0, got {self.speed}")
         if self.scenario not in SCENARIOS:
             raise DemoError(f"--scenario must be one of {', '.join(SCENARIOS)}")
+        if self.data_move not in ("stall", "migrate"):
+            raise DemoError("--data-move must be stall or migrate")
         if not 0 <= self.port <= 65535:
             raise DemoError(f"--port must be in 0..65535, got {self.port}")
         if self.duration is not None and self.duration < self.window + 2 * self.min_phase:
@@ -226,6 +237,7 @@ class DemoReport:
             {
                 "ok": self.ok,
                 "scenario": cfg.scenario,
+                "data_move": cfg.data_move,
                 "speed": cfg.speed,
                 "tasks": cfg.tasks,
                 "pool_size": cfg.pool_size,
@@ -327,17 +339,16 @@ async def _task(
     kinds = ("read", "write", "pipeline")
     while not stop.is_set():
         kind = rng.choices(kinds, weights)[0]
+        size = 4 if kind == "pipeline" else 1  # commands in this operation
         started = trio.current_time()
         try:
             if kind == "read":
                 await r.get(f"demo:key:{rng.randrange(cfg.keys)}")
-                size = 1
             elif kind == "write":
                 counter += 1
                 key = f"demo:key:{rng.choice(own)}"
                 await r.set(key, f"{task}:{counter}")
                 stats.acked[key] = counter
-                size = 1
             else:
                 writes = [f"demo:key:{rng.choice(own)}" for _ in range(2)]
                 async with r.pipeline(transaction=False) as pipe:
@@ -352,12 +363,12 @@ async def _task(
                 for key, value in zip(writes, values, strict=True):
                     stats.acked[key] = value
                 stats.increments[count_key] = stats.increments.get(count_key, 0) + 1
-                size = 4
         except trio.Cancelled:
             raise
         except Exception as exc:
-            stats.failed_at.append(trio.current_time() - stats.start)
-            stats.errors[type(exc).__name__] += 1
+            # a failed pipeline counts as failed commands, all of them
+            stats.failed_at.extend([trio.current_time() - stats.start] * size)
+            stats.errors[type(exc).__name__] += size
             await trio.sleep(0.001)
             continue
         stats.record(started, trio.current_time(), size)
@@ -582,7 +593,7 @@ class _Demo:
             return
         seq = await sim_a.inject_migrating(time=lead, remember=True)
         self.step(f"server: MIGRATING seq={seq} sent")
-        if cfg.scenario in ("moving", "none"):
+        if cfg.scenario in ("moving", "none") and cfg.data_move == "stall":
             await _replicate(admin_a, admin_b, a_server)
             self.step("server: B is a replica of A and caught up (the data is copied)")
         await trio.sleep_until(start + (LEAD + WORK) / speed)
@@ -598,6 +609,18 @@ class _Demo:
             await trio.sleep_until(moving_at + cfg.close_after)
             sim_a.forget("MOVING")
             self.step("server: the MOVING window is over (A kept serving)")
+            return
+        if cfg.data_move == "migrate":
+            self.step("server: trio_maint.testing.migrate(A, B) starts")
+            result = await migrate(
+                sim_a, sim_b, time=cfg.announced_time, close_after=cfg.close_after
+            )
+            self.report.connections_moved = len(result.moved)
+            self.step(
+                f"server: migrate done: MOVING seq={result.seq_id} was sent to "
+                f"{len(result.moved)} connections, writes were paused "
+                f"{result.paused_for * 1e3:.1f} ms, A's old connections closed"
+            )
             return
         await self.move(sim_a, sim_b, a_server, b_server, admin_a, admin_b, moving_at)
 
