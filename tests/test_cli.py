@@ -5,9 +5,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -59,7 +61,7 @@ def test_demo_json_rides_through_a_real_move(scenario: str) -> None:
 
 
 @pytest.mark.parametrize("scenario", ["failover", "unreachable"])
-def test_demo_other_scenarios(scenario: str, tmp_path: object) -> None:
+def test_demo_other_scenarios(scenario: str, tmp_path: Path) -> None:
     out = os.path.join(str(tmp_path), "report.json")
     result = run_cli("demo", "--speed", "20", "--json", out, "--scenario", scenario)
     assert result.returncode == 0, result.stderr
@@ -75,7 +77,7 @@ def test_demo_other_scenarios(scenario: str, tmp_path: object) -> None:
     assert "trio-maint demo: PASS" in result.stdout
 
 
-def test_demo_plot(tmp_path: object) -> None:
+def test_demo_plot(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = os.path.join(str(tmp_path), "demo.png")
     result = run_cli("demo", "--speed", "40", "--plot", png, "--tasks", "2")
@@ -182,3 +184,32 @@ def test_monitor_from_the_command_line(redis_server: RedisServer) -> None:
     result = run_cli("monitor", redis_server.url, "--duration", "1")
     assert result.returncode == 0, result.stderr
     assert "does not support maintenance notifications" in result.stdout
+
+
+@pytest.mark.trio
+async def test_monitor_stops_cleanly_on_ctrl_c(redis_server: RedisServer, tmp_path: Path) -> None:
+    out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
+    async with MaintenanceSimulator(redis_server) as sim:
+        with out_path.open("w") as out_f, err_path.open("w") as err_f:
+            proc = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "trio_maint", "monitor", sim.url, "--interval", "0.05"],
+                stdout=out_f,
+                stderr=err_f,
+            )
+            try:
+                with trio.fail_after(TIMEOUT):
+                    await sim.wait_for_connections(1, maint_enabled=True)
+                    await sim.inject_migrating(time=2, seq_id=41)
+                    await trio.sleep(0.5)
+                    proc.send_signal(signal.SIGINT)
+                    status = await proc.wait()
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    with trio.CancelScope(shield=True):
+                        await proc.wait()
+    out, err = out_path.read_text(), err_path.read_text()
+    assert status == 0, err
+    assert "MIGRATING seq=41 -> timeouts relaxed" in out
+    assert out.splitlines()[-1].endswith("stopped after 1 notification(s)")
+    assert err == ""

@@ -441,16 +441,26 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except DemoError as exc:
         print(f"trio-maint: error: {exc}", file=err)
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("trio-maint: interrupted", file=err)
-        return 130
-    except Exception as exc:
+    except BaseException as exc:
         from ._monitor import MonitorError
 
         if isinstance(exc, MonitorError):
             print(f"trio-maint: error: {exc}", file=err)
             return EXIT_FAILED
+        if _interrupted(exc):
+            print("trio-maint: interrupted", file=err)
+            return 130
         raise
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """``exc`` is a Ctrl-C, possibly wrapped in exception groups (with cancellations)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [e for e in exc.exceptions if not isinstance(e, trio.Cancelled)]
+        return bool(leaves) and all(_interrupted(e) for e in leaves)
+    return False
 
 
 def timestamp() -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import signal
+import threading
 from typing import TextIO
 
 import trio
@@ -34,6 +36,16 @@ class MonitorError(Exception):
     def __init__(self, message: str, *, usage: bool = False) -> None:
         super().__init__(message)
         self.usage = usage
+
+
+async def _stop_on_sigint(done: trio.Event) -> None:
+    """Ctrl-C ends the monitor cleanly (only possible on the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async for _ in signals:
+            done.set()
+            return
 
 
 def _now() -> str:
@@ -152,6 +164,7 @@ async def run_monitor(
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(consume)
+            nursery.start_soon(_stop_on_sigint, done)
             with trio.move_on_after(math.inf if duration is None else duration):
                 while not done.is_set():
                     try:
