@@ -22,7 +22,7 @@ from trio_maint import (
 )
 from trio_maint._connection import _socket_of
 from trio_maint._handoff import QUEUE_FULL_MESSAGE
-from trio_maint.testing import MaintenanceSimulator, RedisServer, free_port
+from trio_maint.testing import MaintenanceSimulator, RedisServer, free_port, migrate
 
 pytestmark = pytest.mark.trio
 
@@ -478,3 +478,45 @@ async def test_pubsub_follows_moving_and_resubscribes_once(
                     (b"tm:ps:b", b"after"),
                     (b"tm:ps:px", b"after"),
                 ]
+
+
+@pytest.mark.parametrize("endpoint_type", ["auto", "none"])
+async def test_real_migration_under_load_loses_nothing(endpoint_type: str) -> None:
+    """200 tasks through MIGRATING -> MIGRATED -> a real data move (replication,
+    switch-over) -> MOVING(B) -> old endpoint closed: no failed command, no acknowledged
+    write lost, every connection ends on B."""
+    failures: list[BaseException] = []
+    acked: dict[str, int] = {}
+    config = MaintConfig(endpoint_type=endpoint_type)
+    with trio.fail_after(60):
+        async with MaintenanceSimulator() as a, MaintenanceSimulator() as b:
+            assert b.server is not None
+            async with trio_maint.open_redis(a.url, pool_size=20, maintenance=config) as r:
+                handler = r.maintenance
+                assert handler is not None
+                stop = trio.Event()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(run_workload, r, 200, stop, failures, acked)
+                    await trio.sleep(0.5)
+                    await a.inject_migrating(remember=True)
+                    await trio.sleep(0.3)
+                    await a.inject_migrated()
+                    result = await migrate(a, b, time=2)
+                    await trio.sleep(0.5)
+                    stop.set()
+                assert failures == []
+                assert len(result.moved) >= 1
+                conns = r.pool.connections
+                assert conns
+                if endpoint_type == "none":
+                    via_b = {i.peer[1] for i in a.connections if i.backend == b.address}
+                    assert all(local_port(c) in via_b for c in conns)
+                else:
+                    assert all(c.port == b.port for c in conns)
+                assert handler.state.failed_handoffs == 0
+            # Every acknowledged write is on B's server.
+            async with trio_maint.open_redis(b.server.url) as admin:
+                keys = sorted(acked)
+                values = await admin.mget(*keys)
+                lost = [k for k, v in zip(keys, values, strict=True) if int(v) < acked[k]]
+                assert lost == []

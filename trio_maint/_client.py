@@ -11,7 +11,7 @@ import trio
 
 from ._commands import Callback, CommandsMixin, KeyT, apply_callback
 from ._connection import UNSET, Connection
-from ._errors import RedisError
+from ._errors import ReadOnlyError, RedisError
 from ._maintenance import MaintenanceHandler
 from ._options import ClientOptions
 from ._pipeline import Pipeline
@@ -80,6 +80,8 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         finally:
             pool.release(conn)
         if isinstance(reply, RedisError):
+            if reply.__class__ is ReadOnlyError and await self._moved_away(conn):
+                return await self.execute_command(*args, timeout=timeout)
             raise reply
         return reply
 
@@ -97,8 +99,19 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         finally:
             pool.release(conn)
         if isinstance(reply, RedisError):
+            if reply.__class__ is ReadOnlyError and await self._moved_away(conn):
+                return await self._command(args, callback, timeout=timeout)
             raise reply
         return reply if callback is None else apply_callback(callback, reply, args)
+
+    async def _moved_away(self, conn: Connection) -> bool:
+        """After a ``READONLY`` reply (the write was refused, not executed): ``True`` when
+        the endpoint is moving (MOVING), so the command may be retried on the new
+        endpoint. Only on connections that opted in to maintenance notifications."""
+        handler = self.maintenance
+        if handler is None or not conn.maint_enabled:
+            return False
+        return await handler.wait_for_moving(conn)
 
     def _blocking_timeout(self, timeout: float) -> float | None:
         if not timeout:

@@ -81,6 +81,10 @@ __all__ = [
 
 logger = logging.getLogger("trio_maint.maintenance")
 
+#: Seconds a command refused with ``READONLY`` waits for a MOVING before the error is
+#: raised (the old endpoint of a move turns read-only just before MOVING is sent).
+READONLY_MOVING_GRACE: Final = 1.0
+
 #: Default capacity of an :meth:`MaintenanceHandler.events` stream.
 DEFAULT_EVENT_BUFFER: Final = 256
 
@@ -529,6 +533,10 @@ class _Mark:
     seq_id: int
 
 
+class _Retargeted(Exception):
+    """A handoff attempt abandoned because a newer MOVING named another endpoint."""
+
+
 class _Reconnectable(Protocol):
     def reconnect_soon(self) -> None: ...
 
@@ -582,6 +590,8 @@ class MaintenanceHandler:
         self._moving_deadline: float | None = None
         self._downgrade_logged = False
         self._closed = False
+        self._moved: trio.Event | None = None
+        self._scheduled: dict[int, Connection] = {}  # null-endpoint handoffs not yet due
 
     # ------------------------------------------------------------------------ wiring
 
@@ -644,8 +654,20 @@ class MaintenanceHandler:
 
     async def dial(self) -> Connection:
         """The pool's dialer: a connected, handshaken :class:`~trio_maint.Connection` to
-        the current endpoint (the configured one, or where a MOVING sent the client)."""
-        target = self._target
+        the current endpoint (the configured one, or where a MOVING sent the client).
+
+        A dial that started before a MOVING and so reached the old endpoint is marked for
+        a handoff: it serves one borrower, then moves like the others.
+        """
+        started = self._target
+        conn, dialed = await self._dial(started)
+        current = self._target
+        moved_meanwhile = dialed == started and current != started
+        if moved_meanwhile and self._last_seq is not None and conn.handoff is None:
+            conn.handoff = _Mark(current, self._last_seq)
+        return conn
+
+    async def _dial(self, target: Endpoint) -> tuple[Connection, Endpoint]:
         if target is not self._configured:
             breaker = self.manager.breaker(target) if self.manager is not None else None
             if breaker is not None and not breaker.allow(trio.current_time()):
@@ -675,10 +697,10 @@ class MaintenanceHandler:
                 else:
                     if breaker is not None:
                         breaker.record_success(trio.current_time())
-                    return conn
+                    return conn, target
         conn = self._new_connection(target)
         await conn.connect()
-        return conn
+        return conn, target
 
     # ---------------------------------------------------------------------- handshake
 
@@ -849,6 +871,9 @@ class MaintenanceHandler:
         if last is None or n.seq_id > last:
             self._last_seq = n.seq_id
             self._moving_deadline = now + n.time
+            moved, self._moved = self._moved, None
+            if moved is not None:
+                moved.set()
             logger.info(
                 "MOVING seq %d: endpoint moves to %s within %.0f s",
                 n.seq_id,
@@ -877,12 +902,24 @@ class MaintenanceHandler:
         # This connection's own copy: mark it (in use, or being checked out).
         if pool.owns(conn):
             self._conn_seq[conn.id] = n.seq_id
-        if self._is_at(conn, endpoint) or manager.is_pending(conn.id):
+        if self._is_at(conn, endpoint):
+            return
+        if manager.is_pending(conn.id):  # read from the old stream during its handoff
+            self._retarget(manager, conn, endpoint, n.seq_id)
             return
         mark = conn.handoff
         if isinstance(mark, _Mark) and mark.seq_id >= n.seq_id:
             return
         conn.handoff = _Mark(endpoint, n.seq_id)
+
+    def _retarget(
+        self, manager: HandoffManager[Connection], conn: Connection, endpoint: Endpoint, seq: int
+    ) -> None:
+        mark = conn.handoff
+        if isinstance(mark, _Mark) and mark.seq_id >= seq:
+            return
+        conn.handoff = _Mark(endpoint, seq)
+        manager.queue_handoff_nowait(conn, endpoint, seq)  # merged: the newer target wins
 
     def _sweep_explicit(
         self,
@@ -902,7 +939,7 @@ class MaintenanceHandler:
             if other.id in idle_ids or self._is_at(other, endpoint):
                 continue
             if manager.is_pending(other.id):
-                manager.queue_handoff_nowait(other, endpoint, seq_id)  # retarget
+                self._retarget(manager, other, endpoint, seq_id)
                 continue
             mark = other.handoff
             if not (isinstance(mark, _Mark) and mark.seq_id >= seq_id):
@@ -925,20 +962,49 @@ class MaintenanceHandler:
         target = self._target
         seq_id = n.seq_id
 
-        def claim(c: Connection) -> bool:
-            if c.closed or self._closed:
-                return False
-            if pool.claim_idle(c):
-                c.handoff = _Mark(target, seq_id)
-                self._queued(c, target, seq_id)
-                return True
-            if not manager.is_pending(c.id):
-                c.handoff = _Mark(target, seq_id)  # in use: handed off when released
-            return False
-
         if pool.owns(conn):
             self._conn_seq[conn.id] = seq_id
-            manager.schedule_handoff(conn, target, seq_id, delay=n.null_endpoint_delay, claim=claim)
+            self._scheduled[conn.id] = conn
+            manager.schedule_handoff(
+                conn, target, seq_id, delay=n.null_endpoint_delay, claim=self._claim
+            )
+
+    def _claim(self, conn: Connection) -> bool:
+        """A null-endpoint timer fired: take ``conn`` if idle (the manager then owns it),
+        else mark it so its release queues it."""
+        self._scheduled.pop(conn.id, None)
+        pool, manager = self._pool, self.manager
+        if conn.closed or self._closed or pool is None or manager is None:
+            return False
+        target, seq_id = self._target, self._conn_seq.get(conn.id, self._last_seq or 0)
+        if pool.claim_idle(conn):
+            conn.handoff = _Mark(target, seq_id)
+            self._queued(conn, target, seq_id)
+            return True
+        if not manager.is_pending(conn.id):
+            conn.handoff = _Mark(target, seq_id)  # in use: handed off when released
+        return False
+
+    def _expedite(self) -> None:
+        """Run every pending null-endpoint handoff now (the old endpoint already refuses
+        writes, so waiting for ``time / 2`` would only fail commands)."""
+        manager = self.manager
+        scheduled, self._scheduled = self._scheduled, {}
+        if manager is None or manager.closed:
+            return
+        for conn in scheduled.values():
+            if manager.is_pending(conn.id):
+                continue  # already being handed off
+            manager.cancel_handoff(conn.id)  # its timer
+            if self._claim(conn):
+                conn_mark = conn.handoff
+                assert isinstance(conn_mark, _Mark)
+                try:
+                    manager.queue_handoff_nowait(conn, conn_mark.endpoint, conn_mark.seq_id)
+                except (ConnectionClosedError, RuntimeError):
+                    conn.handoff = None
+                    if self._pool is not None:
+                        self._pool.discard(conn, "handoff manager closed")
 
     def _queued(self, conn: Connection, endpoint: Endpoint, seq_id: int) -> None:
         now = trio.current_time()
@@ -957,6 +1023,30 @@ class MaintenanceHandler:
             conn.handoff = None
             return False
         self._queued(conn, mark.endpoint, mark.seq_id)
+        return True
+
+    async def wait_for_moving(self, conn: Connection) -> bool:
+        """After ``conn`` answered a write with ``READONLY``: wait (at most
+        :data:`READONLY_MOVING_GRACE` seconds) for the MOVING that follows a switch-over.
+
+        :returns: ``True`` if the endpoint is moving (``conn`` is marked for a handoff, or
+            a new MOVING arrived), so the refused command can be retried safely.
+        """
+        if self.manager is None or self._closed:
+            await trio.lowlevel.checkpoint()
+            return False
+        if conn.handoff is None and not self._scheduled:
+            if self._moved is None:
+                self._moved = trio.Event()
+            moved = self._moved
+            with trio.move_on_after(READONLY_MOVING_GRACE):
+                await moved.wait()
+            if not moved.is_set():
+                return False
+        else:
+            await trio.lowlevel.checkpoint()
+        if self._scheduled:
+            self._expedite()
         return True
 
     # ---------------------------------------------------------------------- pool hook
@@ -979,11 +1069,19 @@ class MaintenanceHandler:
             self.manager.cancel_handoff(conn.id)
         self._queued_at.pop(conn.id, None)
         self._conn_seq.pop(conn.id, None)
+        self._scheduled.pop(conn.id, None)
         self._relaxed.pop(conn.id, None)
 
     # ----------------------------------------------------------------------- handoffs
 
     async def _perform(self, conn: Connection, endpoint: Endpoint) -> None:
+        # Notifications the old endpoint sent meanwhile (a newer MOVING retargets this
+        # handoff: the manager then redoes it to the new endpoint).
+        if conn.usable and not conn.in_use:
+            await conn.check_idle()
+        mark = conn.handoff
+        if isinstance(mark, _Mark) and mark.endpoint != endpoint:
+            raise _Retargeted(f"conn[{conn.id}] now moves to {mark.endpoint}, not {endpoint}")
         opts = self._options_for(endpoint)
         timeout = opts.connect_timeout
         try:
