@@ -511,3 +511,99 @@ async def test_moving_on_pubsub_reconnects_once() -> None:
     assert link.target == NEW
     link.push(conn, [b"MIGRATING", 4, 5, b"1"])
     assert isinstance(conn.timeouts, RelaxedTimeouts)
+
+
+# --- READONLY during a move, dials racing a MOVING, retargeting --------------------------
+
+
+async def test_readonly_waits_for_moving(autojump_clock: trio.abc.Clock) -> None:
+    async with harness() as (handler, pool):
+        conn = (await fill(pool, 1))[0]
+        # No MOVING follows: the READONLY is genuine, raised after the grace period.
+        start = trio.current_time()
+        assert await handler.wait_for_moving(conn) is False
+        assert trio.current_time() - start == pytest.approx(1.0)
+        # A MOVING arriving meanwhile (on another connection) allows the retry.
+        other = await pool.acquire()
+        result: list[bool] = []
+
+        async def waiter() -> None:
+            result.append(await handler.wait_for_moving(conn))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waiter)
+            await trio.sleep(0.3)
+            handler.push_handler(other, moving(2, 15, str(NEW)))
+        assert result == [True]
+        # A connection already marked for a handoff retries at once.
+        assert other.handoff is not None
+        before = trio.current_time()
+        assert await handler.wait_for_moving(other) is True
+        assert trio.current_time() == before
+        pool.release(other)
+
+
+async def test_readonly_expedites_null_endpoint_handoffs(autojump_clock: trio.abc.Clock) -> None:
+    async with harness() as (handler, pool):
+        await fill(pool, 3)
+        busy = await pool.acquire()
+        handler.push_handler(busy, moving(1, 30, None))  # due in 15 s
+        pool.release(busy)
+        await trio.sleep(0.1)
+        assert handler.performed == []
+        assert await handler.wait_for_moving(busy) is True
+        await trio.sleep(0.5)
+        assert len(handler.performed) == 3  # all of them, now
+        await trio.sleep(20)
+        assert len(handler.performed) == 3  # and the timers are gone
+
+
+async def test_dial_that_raced_a_moving_is_handed_off(autojump_clock: trio.abc.Clock) -> None:
+    handler = FakeHandler()
+    peers: list[Any] = []
+    opened: list[Connection] = []
+
+    async def slow_connect(self: Connection, stream: Any = None) -> None:
+        await trio.sleep(1)
+        a, b = trio.socket.socketpair()
+        peers.append(b)
+        self._attach(trio.SocketStream(a))
+        opened.append(self)
+
+    pool = ConnectionPool(handler.dial, pool_size=4)
+    handler.attach(pool)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Connection, "connect", slow_connect)
+        async with handler:
+            first = await pool.acquire()  # configured address
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pool.acquire)  # dialing the old endpoint...
+                await trio.sleep(0.5)
+                handler.push_handler(first, moving(3, 15, str(NEW)))  # ... when MOVING comes
+            raced = opened[-1]
+            assert (raced.host, raced.port) == ("10.0.0.1", 6379)
+            assert raced.handoff is not None  # used once, handed off when released
+            pool.release(raced)
+            pool.release(first)
+            await trio.sleep(1)
+            assert {p[0] for p in handler.performed} == {first.id, raced.id}
+            pool.close()
+    for peer in peers:
+        peer.close()
+
+
+async def test_newer_moving_retargets_a_running_handoff(autojump_clock: trio.abc.Clock) -> None:
+    async with harness() as (handler, pool):
+        handler.duration = 5.0
+        conns = await fill(pool, 2)
+        busy = await pool.acquire()
+        handler.push_handler(busy, moving(1, 15, str(NEW)))
+        pool.release(busy)
+        await trio.sleep(0.1)
+        other = Endpoint("10.0.0.7", 7000)
+        # The newer MOVING is read on a connection being handed off (its old stream).
+        handler.push_handler(conns[0], moving(2, 15, str(other)))
+        await trio.sleep(15)
+        assert all((c.host, c.port) == (other.host, other.port) for c in pool.connections)
+        assert handler.state.failed_handoffs == 0
+        assert handler.state.current_endpoint == str(other)
