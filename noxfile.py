@@ -79,3 +79,28 @@ def docs(session: nox.Session) -> None:
     """Build the Sphinx site in docs/_build with warnings as errors."""
     session.install("-e", ".[docs]")
     session.run("sphinx-build", "-W", "-n", "-b", "html", "docs", "docs/_build")
+
+
+@nox.session(python=None, default=False)
+def fuzz(session: nox.Session) -> None:
+    """The robustness tests (docs/robustness.md) at full strength: 10^5 hypothesis examples
+    of the reader fuzzer (``TRIO_MAINT_FUZZ_EXAMPLES``), scaled-up random cancellation and
+    injection loops, and the heavy variants skipped in ``tests``. Takes tens of minutes;
+    ``nox -s fuzz -- -k streams`` narrows it, ``TRIO_MAINT_FUZZ_EXAMPLES=2000 nox -s fuzz``
+    shortens it."""
+    _require_redis_server(session)
+    session.install("-e", ".[test]")
+    examples = os.environ.get("TRIO_MAINT_FUZZ_EXAMPLES", "100000")
+    session.run(
+        "pytest",
+        "-p",
+        "no:randomly",
+        "-W",
+        "error::ResourceWarning",
+        "tests/test_robust_reader.py",
+        "tests/test_robust_cancel.py",
+        "tests/test_robust_faults.py",
+        "tests/test_robust_leaks.py",
+        *session.posargs,
+        env={"PYTHONDEVMODE": "1", "TRIO_MAINT_FUZZ_EXAMPLES": examples},
+    )

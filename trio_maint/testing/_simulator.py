@@ -700,10 +700,12 @@ class MaintenanceSimulator:
         remember: str | None = None,
     ) -> list[int]:
         targets = self._select(connections)
+        if remember is not None:
+            # Before the first await: a connection that opts in while the frames are being
+            # written is not a target, so it must get the replay.
+            self._remembered[remember] = factory
         for conn in targets:
             await self._inject_into(conn, factory(conn), after_frames)
-        if remember is not None:
-            self._remembered[remember] = factory
         return [c.id for c in targets]
 
     def forget(self, name: str | None = None) -> None:
