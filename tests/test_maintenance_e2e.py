@@ -520,3 +520,63 @@ async def test_real_migration_under_load_loses_nothing(endpoint_type: str) -> No
                 values = await admin.mget(*keys)
                 lost = [k for k, v in zip(keys, values, strict=True) if int(v) < acked[k]]
                 assert lost == []
+
+
+async def test_new_endpoint_refusing_the_opt_in_downgrades_auto_mode(
+    backend: RedisServer, sim_a: MaintenanceSimulator
+) -> None:
+    """The re-handshake of a handoff meets a server without maintenance support: the
+    handoffs still succeed (no deadlock), and the client turns the feature off."""
+    metrics = trio_maint.MetricsHook()
+    async with MaintenanceSimulator(backend=backend, maint_notifications=False) as plain:
+        with trio.fail_after(TIMEOUT):
+            async with trio_maint.open_redis(url(sim_a), pool_size=3) as r:
+                handler = r.maintenance
+                assert handler is not None
+                handler.add_hook(metrics)
+                async with trio.open_nursery() as nursery:
+                    for _ in range(3):
+                        nursery.start_soon(r.execute_command, "DEBUG", "SLEEP", "0.05")
+                first = sim_id(sim_a, r.pool.idle_connections[-1])
+                await sim_a.inject_moving(time=5, target=plain, connections=[first])
+                await r.ping()
+                await wait_for(lambda: handler.state.completed_handoffs == 3)
+                assert handler.mode is MaintMode.DISABLED
+                assert handler.state.failed_handoffs == 0
+                assert all(c.port == plain.port for c in r.pool.connections)
+                assert not any(c.maint_enabled for c in r.pool.connections)
+                for i in range(10):
+                    await r.set(f"tm:plain:{i}", i)
+    data = metrics.get_metrics()
+    assert data["notification_counts"] == {"MOVING": 1}
+    assert data["processing_times"]["MOVING"]["count"] == 1
+    assert data["handoff_successes"] == 3
+    assert data["handoff_latency"]["count"] == 3
+    assert data["handoff_failures"] == 0
+
+
+async def test_enabled_mode_handoff_to_a_refusing_endpoint_fails_cleanly(
+    backend: RedisServer, sim_a: MaintenanceSimulator
+) -> None:
+    async with MaintenanceSimulator(backend=backend, maint_notifications=False) as plain:
+        with trio.fail_after(TIMEOUT):
+            config = MaintConfig(mode="enabled")
+            async with trio_maint.open_redis(url(sim_a), pool_size=2, maintenance=config) as r:
+                handler = r.maintenance
+                assert handler is not None
+                events = handler.events()
+                await r.ping()
+                await sim_a.inject_moving(time=5, target=plain)
+                # The idle connection reads MOVING and is handed off; the command needs a
+                # new connection, to the new endpoint, which refuses: a clear error.
+                with pytest.raises(MaintenanceNotSupportedError):
+                    await r.ping()
+                await wait_for(lambda: handler.state.failed_handoffs == 1)
+                failed = []
+                with trio.move_on_after(0.2):
+                    async for event in events:
+                        if isinstance(event, HandoffFailed):
+                            failed.append(event)
+                assert len(failed) == 1 and "MaintenanceNotSupportedError" in failed[0].error
+                assert handler.mode is MaintMode.ENABLED
+                assert handler.state.pending_handoffs == 0
