@@ -71,7 +71,9 @@ def test_demo_other_scenarios(scenario: str, tmp_path: Path) -> None:
     assert report["data_check"]["intact"] is True
     if scenario == "unreachable":
         assert report["handoffs"]["completed"] == 0
-        assert report["handoffs"]["failed"] >= 1  # and the breaker kept traffic on A
+        assert report["handoffs"]["failed"] >= 1
+        (breaker,) = report["breakers"]  # it opened and kept traffic on A
+        assert breaker["opened"] >= 1
     else:
         assert [n["name"] for n in report["notifications"]] == ["FAILING_OVER", "FAILED_OVER"]
     assert "trio-maint demo: PASS" in result.stdout

@@ -163,6 +163,14 @@ def render_report(report: DemoReport, out: TextIO, *, use_rich: bool) -> None:
             f"{check['counters_short']} counters short)",
         )
     )
+    for b in d["breakers"]:
+        rows.append(
+            (
+                "circuit breaker",
+                f"{b['endpoint']}: {b['state']} (opened {b['opened']} time(s)); traffic stayed "
+                "where it was",
+            )
+        )
     if d["commands"]["errors"]:
         rows.append(("errors", ", ".join(f"{k}: {v}" for k, v in d["commands"]["errors"].items())))
     verdict = "PASS" if d["ok"] else "FAIL"

@@ -209,6 +209,7 @@ class DemoReport:
     timeline: list[tuple[float, str]] = field(default_factory=list)
     notifications: list[dict[str, Any]] = field(default_factory=list)
     series: list[dict[str, float]] = field(default_factory=list)
+    breakers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def data_intact(self) -> bool:
@@ -268,6 +269,7 @@ class DemoReport:
                 },
                 "timeline": [{"t": t, "label": label} for t, label in self.timeline],
                 "notifications": self.notifications,
+                "breakers": self.breakers,
                 "series": self.series,
             }
         )
@@ -472,6 +474,7 @@ class _Demo:
         self.seen: dict[tuple[str, Any], dict[str, Any]] = {}
         self.client: Any = None
         self.handoff_failures = 0
+        self.breaker_states: dict[str, str] = {}
         self.sims: tuple[MaintenanceSimulator, MaintenanceSimulator, tuple[str, int]] | None = None
         self.failure_line_at = -math.inf
 
@@ -532,8 +535,21 @@ class _Demo:
             async for event in events:
                 self.on_event(event)
 
+    def watch_breakers(self, handler: MaintenanceHandler) -> None:
+        manager = handler.manager
+        if manager is None:
+            return
+        for stats in manager.circuit_breaker_stats():
+            key = str(stats.endpoint)
+            state = stats.state.value
+            if self.breaker_states.get(key, "closed") != state:
+                label = self.names.get(key, key)
+                self.observer.event(self.now(), f"circuit breaker for {label} {key} is now {state}")
+            self.breaker_states[key] = state
+
     async def refresh(self, handler: MaintenanceHandler, stop: trio.Event) -> None:
         while not stop.is_set():
+            self.watch_breakers(handler)
             state = handler.state
             now = self.now()
             ops = self.stats.ops
@@ -863,6 +879,15 @@ async def _drive(
                 state = handler.state
                 report.handoffs_completed = state.completed_handoffs
                 report.handoffs_failed = state.failed_handoffs
+                if handler.manager is not None:
+                    report.breakers = [
+                        {
+                            "endpoint": str(b.endpoint),
+                            "state": b.state.value,
+                            "opened": b.opened,
+                        }
+                        for b in handler.manager.circuit_breaker_stats()
+                    ]
                 nursery.cancel_scope.cancel()
         if cfg.scenario in ("failover", "unreachable"):
             await _caught_up(admin_b, await _offset(admin_a))
