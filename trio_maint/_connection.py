@@ -538,11 +538,15 @@ class Connection:
             raise ConnectionClosedError(f"connection {self.id} was closed") from exc
 
     def _next_parsed(self) -> RespValue:
+        # RespParser.next_reply, inlined (one Python frame less per reply).
+        parser = self._parser
         try:
-            return self._parser.next_reply()
+            return parser._gets()
         except UnicodeDecodeError as exc:
             # hiredis skipped the rest of this reply: the stream is still in sync.
             return DataError(f"reply could not be decoded as {self.options.encoding}: {exc}")
+        except Exception as exc:
+            raise parser.failure(exc)  # failure() chains the cause
 
     async def _read_reply(self, configured: float | None, reply: RespValue = UNSET) -> RespValue:
         """The next reply, waiting for it; ``reply``: what the caller just parsed (default:

@@ -134,16 +134,22 @@ class RespParser:
             return self._gets()
         except UnicodeDecodeError:
             raise
-        except ProtocolError:
-            self._break()
-            raise
         except Exception as exc:  # hiredis fatal states (TypeError on unhashable keys, ...)
-            self._break()
-            raise ProtocolError(f"malformed RESP reply: {exc!r}") from exc
+            raise self.failure(exc)  # failure() chains the cause
 
-    def _break(self) -> None:
+    def failure(self, exc: Exception) -> ProtocolError:
+        """Mark the parser broken after ``exc`` (anything but ``UnicodeDecodeError``) came
+        out of the reader, and return the :class:`ProtocolError` to raise for it.
+
+        For hot loops inside the package (the connection), which call the reader's bound
+        ``gets`` (``_gets``) directly, without :meth:`next_reply`'s Python frame."""
         self.broken = True
         self._gets = self._failed
+        if isinstance(exc, ProtocolError):
+            return exc
+        error = ProtocolError(f"malformed RESP reply: {exc!r}")
+        error.__cause__ = exc
+        return error
 
     @staticmethod
     def _failed() -> RespValue:
