@@ -30,7 +30,7 @@ def main() -> None:
                 parser.error(f"unknown case {case!r}; one of {', '.join(CASES)}")
             profiler = Profiler(interval=args.interval, async_mode="disabled")
             profiler.start()
-            rate = trio.run(_trio_maint_case, f"{server.url}/0", case, args.duration)
+            rate, _cpu = trio.run(_trio_maint_case, f"{server.url}/0", case, args.duration)
             profiler.stop()
             print(f"\n===== {case}: {rate:,.0f} ops/s under the profiler =====")
             print(profiler.output_text(unicode=False, color=False, show_all=False))

@@ -86,6 +86,8 @@ def check_document(name: str, doc: dict[str, Any]) -> None:
         assert max(doc["modes"]["enabled"]["maint_enabled_connections"]) > 0
         assert max(doc["modes"]["disabled"]["maint_enabled_connections"]) == 0
         assert is_number(doc["overhead_pct"]["cpu_per_op"])
+        assert is_number(doc["overhead_pct"]["pool_hooks_cpu"])
+        check_summary(doc["pool_hooks_cpu_us_per_command"])
     elif name == "handoff_storm":
         assert set(doc["results"]) == {"storm", "small_queue"}
         for variant in doc["results"].values():
