@@ -164,6 +164,8 @@ def render_report(report: DemoReport, out: TextIO, *, use_rich: bool) -> None:
         )
     )
     for b in d["breakers"]:
+        if not b["opened"]:
+            continue
         rows.append(
             (
                 "circuit breaker",
@@ -232,7 +234,8 @@ def write_plot(report: DemoReport, path: str) -> None:
     failed = report.failed_commands
     fig.suptitle(
         f"trio-maint demo ({report.config.scenario}): {report.total_commands:,} commands, "
-        f"{failed} failed"
+        f"{failed} failed\ngrey: the maintenance window; red: notifications",
+        fontsize=11,
     )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
