@@ -39,7 +39,7 @@ MOVING_TIME = 15
 
 
 def _variants(smoke: bool) -> dict[str, dict[str, Any]]:
-    pool, tasks = (40, 8) if smoke else (500, 100)
+    pool, tasks = (24, 6) if smoke else (500, 100)
     return {
         "storm": {"pool_size": pool, "tasks": tasks, "config": MaintConfig(mode="enabled")},
         "small_queue": {
