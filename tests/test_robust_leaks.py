@@ -251,20 +251,29 @@ async def test_null_endpoint_timer_dies_with_the_client(
         await assert_nothing_left(before)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (_client.py): a PubSub made by r.pubsub() keeps its own connection open "
-    "after open_redis's block exits (a reader iterating it outside the block never ends); "
-    "open_redis should close the PubSubs it created",
-)
-async def test_pubsub_connection_is_closed_when_the_client_exits(redis_url: str) -> None:
+async def test_pubsub_is_closed_when_the_client_exits(redis_url: str) -> None:
+    """Regression: a PubSub made by ``r.pubsub()`` kept its own connection open after
+    ``open_redis``'s block exited, and a reader iterating it outside the block never
+    ended."""
+    ended = trio.Event()
     with trio.fail_after(10):
-        async with trio_maint.open_redis(redis_url) as r:
-            ps = r.pubsub()
-            await ps.subscribe("leak:outlives")
-            conn = ps.connection
-            assert conn is not None
-        try:
+        async with trio.open_nursery() as outer:
+            async with trio_maint.open_redis(redis_url) as r:
+                ps = r.pubsub()
+                await ps.subscribe("leak:outlives")
+                conn = ps.connection
+                assert conn is not None
+
+                async def reader() -> None:
+                    async for _ in ps:
+                        pass
+                    ended.set()
+
+                outer.start_soon(reader)
+                await trio.testing.wait_all_tasks_blocked(0.01)
             assert conn.closed
-        finally:
-            await ps.aclose()
+            await ended.wait()  # iteration ended
+        # A PubSub asked for after the block is closed from the start.
+        late = r.pubsub()
+        with pytest.raises(trio_maint.ConnectionClosedError):
+            await late.subscribe("leak:late")

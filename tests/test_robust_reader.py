@@ -55,13 +55,24 @@ def _bulk(data: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(data), data)
 
 
-safe_text = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12).map(str.encode)
+# No b"|" in generated strings until the known false positive is fixed (see
+# test_bar_at_the_start_of_a_chunk_is_not_an_attribute below).
+def _no_bar(data: bytes) -> bytes:
+    return data.replace(b"|", b"/")
+
+
+safe_text = (
+    st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12)
+    .map(str.encode)
+    .map(_no_bar)
+)
+binaries = st.binary(max_size=24).map(_no_bar)
 
 
 def _scalar() -> st.SearchStrategy[tuple[bytes, Any]]:
     return st.one_of(
         st.integers(-(2**63), 2**63 - 1).map(lambda i: (b":%d\r\n" % i, i)),
-        st.binary(max_size=24).map(lambda b: (_bulk(b), b)),
+        binaries.map(lambda b: (_bulk(b), b)),
         safe_text.map(lambda b: (b"+" + b + b"\r\n", b)),
         st.sampled_from([b"_\r\n", b"$-1\r\n", b"*-1\r\n"]).map(lambda b: (b, None)),
         st.booleans().map(lambda v: (b"#t\r\n" if v else b"#f\r\n", v)),
@@ -103,7 +114,7 @@ replies = st.recursive(_scalar(), _aggregate, max_leaves=8)
 
 _any_element = st.one_of(
     st.integers(-(2**63), 2**63 - 1).map(lambda i: b":%d\r\n" % i),
-    st.binary(max_size=12).map(_bulk),
+    binaries.map(_bulk),
     st.just(b"_\r\n"),
     st.just(b"*0\r\n"),
     st.just(b"*2\r\n:1\r\n$1\r\nx\r\n"),
@@ -365,6 +376,20 @@ def test_null_push_frame_is_not_a_reply() -> None:
 def test_attribute_frame_after_other_bytes_is_not_a_reply() -> None:
     script = _two_replies_after(b"|1\r\n+ttl\r\n:3600\r\n")
     trio.run(play, script, [script.wire()])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: Connection._receive rejects a received chunk that starts with b'|' while "
+    "hiredis reports no buffered data (has_data() is False), taking it for a RESP3 "
+    "attribute; but hiredis has already consumed the type byte of a partial line reply "
+    "then: a simple string '+|ab' whose read boundary falls right after the '+' fails "
+    "with ProtocolError and the connection is discarded",
+)
+def test_bar_at_the_start_of_a_chunk_is_not_an_attribute() -> None:
+    script = Script(((Command((), (b"+|ab\r\n", b"|ab")),),), None, 0)
+    head = HELLO_REPLY + OK + b"+"
+    trio.run(play, script, [head, b"|ab\r\n"])
 
 
 # ------------------------------------------- the same, in front of a real redis-server

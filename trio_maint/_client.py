@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -55,6 +56,7 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         #: The :class:`~trio_maint.MaintenanceHandler`: ``.state``, ``.events()``,
         #: ``.add_hook()`` (see docs/maintenance.md); ``None`` for a bare ``Redis``.
         self.maintenance = maintenance
+        self._pubsubs: weakref.WeakSet[PubSub] = weakref.WeakSet()
 
     def __repr__(self) -> str:
         return f"<Redis {self.options.address_text} db={self.options.db}>"
@@ -128,15 +130,24 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         ``async with r.pubsub() as ps:``."""
         handler = self.maintenance
         if handler is None or not handler.config.enabled:
-            return PubSub(self.options, ignore_subscribe_messages=ignore_subscribe_messages)
-        link = handler.pubsub_link()
-        pubsub = PubSub(
-            self.options,
-            ignore_subscribe_messages=ignore_subscribe_messages,
-            connection_factory=link.connect,
-        )
-        link.attach(pubsub)
+            pubsub = PubSub(self.options, ignore_subscribe_messages=ignore_subscribe_messages)
+        else:
+            link = handler.pubsub_link()
+            pubsub = PubSub(
+                self.options,
+                ignore_subscribe_messages=ignore_subscribe_messages,
+                connection_factory=link.connect,
+            )
+            link.attach(pubsub)
+        # Closed with the client (open_redis's block), like the pool's connections.
+        self._pubsubs.add(pubsub)
+        if self.closed:
+            pubsub._close_nowait()
         return pubsub
+
+    def _close_pubsubs(self) -> None:
+        for pubsub in list(self._pubsubs):
+            pubsub._close_nowait()
 
     async def scan_iter(
         self,
@@ -247,6 +258,7 @@ async def open_redis(
                 yield client
             finally:
                 pool.close()
+                client._close_pubsubs()
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         raise unwrap_group(group) from None

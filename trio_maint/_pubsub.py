@@ -113,11 +113,20 @@ class PubSub:
 
     async def aclose(self) -> None:
         """Close the subscriber connection; iteration then ends."""
+        self._close_nowait()
+        await trio.lowlevel.checkpoint()
+
+    def _close_nowait(self) -> None:
+        """Close at once, without a checkpoint (the client closes its PubSubs on exit): a
+        reader then gets :class:`~trio_maint.ConnectionClosedError` (iteration ends)."""
         self._closed = True
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close_nowait()
-        await trio.lowlevel.checkpoint()
+
+    def _is_closed(self) -> bool:
+        # A call, so that type checkers do not assume ``_closed`` unchanged across awaits.
+        return self._closed
 
     def reconnect_soon(self) -> None:
         """Replace the subscriber connection by a new one (from the connection factory)
@@ -142,9 +151,13 @@ class PubSub:
                     self._conn.close_nowait()
                     moved = True
                 if self._factory is not None:
-                    self._conn = await self._factory()
+                    new = await self._factory()
                 else:
-                    self._conn = await Connection.open(self._options)
+                    new = await Connection.open(self._options)
+                if self._is_closed():  # closed while connecting
+                    new.close_nowait()
+                    raise ConnectionClosedError("this PubSub is closed")
+                self._conn = new
             conn = self._conn
         if moved:
             await self.resubscribe()
