@@ -172,7 +172,9 @@ async def test_connect_timeout_on_silent_server() -> None:
 
 
 async def test_blocking_pop_zero_waits_without_socket_timeout(redis_url: str) -> None:
-    async with trio_maint.open_redis(redis_url, socket_timeout=0.1) as r:
+    # socket_timeout is small but not tiny, so a loaded machine does not time out the
+    # other commands; the pop waits three times longer than it.
+    async with trio_maint.open_redis(redis_url, socket_timeout=0.5) as r:
         await r.delete("bq")
         async with trio.open_nursery() as nursery:
             result: list[Any] = []
@@ -181,7 +183,7 @@ async def test_blocking_pop_zero_waits_without_socket_timeout(redis_url: str) ->
                 result.append(await r.blpop("bq", 0))
 
             nursery.start_soon(pop)
-            await trio.sleep(0.4)  # longer than socket_timeout
+            await trio.sleep(1.5)  # longer than socket_timeout
             await r.rpush("bq", "x")
         assert result == [[b"bq", b"x"]]
         assert await r.blpop("bq", 0.1) is None
