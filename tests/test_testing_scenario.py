@@ -37,9 +37,10 @@ def second_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def slow_autojump_clock() -> trio.testing.MockClock:
-    """Virtual time that jumps only when every task waited 50 ms of real time, so loopback
-    I/O to real servers completes before timers fire (threshold 0 would race it)."""
-    return trio.testing.MockClock(autojump_threshold=0.05)
+    """Virtual time that jumps only when every task waited 250 ms of real time, so loopback
+    I/O to real servers completes before timers fire (threshold 0 would race it; 0.25 s
+    leaves room on a loaded machine)."""
+    return trio.testing.MockClock(autojump_threshold=0.25)
 
 
 async def handshaken(address: tuple[str, int], endpoint_type: str) -> RawConnection:
