@@ -38,6 +38,9 @@ from ._errors import (
     ConnectionError as ConnectionError,
 )
 from ._errors import (
+    CrossSlotError as CrossSlotError,
+)
+from ._errors import (
     DataError as DataError,
 )
 from ._errors import (
@@ -99,6 +102,10 @@ __version__ = "0.1.0"
 
 from ._client import Redis as Redis
 from ._client import open_redis as open_redis
+from ._cluster import ClusterPipeline as ClusterPipeline
+from ._cluster import ClusterPubSub as ClusterPubSub
+from ._cluster import RedisCluster as RedisCluster
+from ._cluster import open_redis_cluster as open_redis_cluster
 from ._commands import parse_info as parse_info
 from ._connection import Connection as Connection
 from ._options import ClientOptions as ClientOptions
@@ -118,6 +125,8 @@ from ._pool import (
 )
 from ._pubsub import Message as Message
 from ._pubsub import PubSub as PubSub
+from ._slots import SlotMap as SlotMap
+from ._slots import key_slot as key_slot
 
 # isort: split
 # Maintenance notifications (docs/maintenance.md).

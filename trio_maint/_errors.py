@@ -19,6 +19,7 @@ __all__ = [
     "ConnectionBusyError",
     "ConnectionClosedError",
     "ConnectionError",
+    "CrossSlotError",
     "DataError",
     "ExecAbortError",
     "HandoffDialError",
@@ -239,3 +240,9 @@ class CircuitBreakerOpenError(HandoffError):
 class HandoffRetriesExhaustedError(HandoffError):
     """Every allowed dial attempt of a handoff failed (``max_handoff_retries``); the last
     :class:`HandoffDialError` is the ``__cause__``."""
+
+
+class CrossSlotError(RedisError):
+    """The keys of one multi-key command (or of one cluster transaction) hash to different
+    cluster slots. Raised by the cluster client before anything is sent; keep such keys
+    together with a hash tag (``{user1}.a``, ``{user1}.b``)."""

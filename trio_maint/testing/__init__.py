@@ -3,6 +3,7 @@ trio_maint's own tests and for users rehearsing maintenance in theirs (docs/test
 
 from __future__ import annotations
 
+from ._cluster import ClusterError, ClusterNode, RedisCluster, cluster_free_port
 from ._frames import (
     Simple,
     encode_value,
@@ -42,12 +43,15 @@ from ._simulator import (
 
 __all__ = [
     "ENDPOINT_TYPES",
+    "ClusterError",
+    "ClusterNode",
     "ConnectionInfo",
     "ConnectionSelector",
     "GoldenPayload",
     "MaintenanceSimulator",
     "MigrationResult",
     "RawConnection",
+    "RedisCluster",
     "RedisServer",
     "RedisServerNotFoundError",
     "RespScanError",
@@ -56,6 +60,7 @@ __all__ = [
     "Simple",
     "Step",
     "StepRecord",
+    "cluster_free_port",
     "connect_raw",
     "encode_value",
     "failed_over_frame",
