@@ -411,3 +411,37 @@ async def test_remembered_moving_reaches_connections_opting_in_during_the_inject
                 assert await raw.read_reply() == b"OK"
                 assert await raw.execute("PING") == b"PONG"
                 assert [p[0] for p in raw.pushes] == [b"MOVING"], raw.pushes
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG (_maintenance.py): while the server replays a MOVING to an endpoint whose "
+    "circuit breaker is open (remember=True, as managed Redis does during the window), "
+    "every new connection to the old endpoint is marked, queued, failed fast by the open "
+    "breaker and discarded: one new connection (and two WARNINGs) per command",
+)
+async def test_no_connection_churn_while_the_moving_target_is_broken(
+    sim: MaintenanceSimulator,
+) -> None:
+    dead = ("127.0.0.1", free_port())
+    config = MaintConfig(
+        endpoint_type="internal-ip",
+        handoff_timeout=0.5,
+        max_handoff_retries=2,
+        circuit_breaker_failure_threshold=3,
+    )
+    with trio.fail_after(30):
+        async with trio_maint.open_redis(
+            url(sim), pool_size=6, connect_timeout=0.3, maintenance=config
+        ) as r:
+            load = Workload(r)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(load.run)
+                await sim.wait_for_connections(3, maint_enabled=True)
+                await sim.inject_moving(time=15, target=dead, remember=True)
+                await trio.sleep(2.0)  # the breaker is open by now
+                created = r.pool.stats().created
+                await trio.sleep(1.0)
+                load.stop.set()
+            assert load.errors == []
+            assert r.pool.stats().created - created < 20, r.pool.stats()
