@@ -607,3 +607,39 @@ async def test_newer_moving_retargets_a_running_handoff(autojump_clock: trio.abc
         assert all((c.host, c.port) == (other.host, other.port) for c in pool.connections)
         assert handler.state.failed_handoffs == 0
         assert handler.state.current_endpoint == str(other)
+
+
+async def test_no_churn_while_the_target_breaker_is_open(autojump_clock: trio.abc.Clock) -> None:
+    config = MaintConfig(
+        max_workers=4,
+        handoff_queue_size=10,
+        max_handoff_retries=1,
+        circuit_breaker_failure_threshold=2,
+        circuit_breaker_reset_timeout=30,
+    )
+    async with harness(FakeHandler(config)) as (handler, pool):
+        handler.unreachable.add(NEW)
+        await fill(pool, 2)
+        busy = await pool.acquire()
+        handler.push_handler(busy, moving(1, 15, str(NEW)))
+        pool.release(busy)
+        await trio.sleep(1)
+        assert handler.state.failed_handoffs == 2  # the breaker is open now
+        performed = len(handler.performed)
+        # The server keeps replaying the MOVING to connections opened meanwhile: they stay
+        # where they are instead of being marked, failed fast and discarded.
+        for seq_conn in range(3):
+            conn = await pool.acquire()
+            handler.push_handler(conn, moving(1, 15, str(NEW)))
+            pool.release(conn)
+            assert conn in pool.idle_connections, seq_conn
+        assert len(handler.performed) == performed
+        assert handler.state.failed_handoffs == 2
+        # Once the reset timeout passed, handoffs are tried again.
+        await trio.sleep(31)
+        handler.unreachable.clear()
+        conn = await pool.acquire()
+        handler.push_handler(conn, moving(2, 15, str(NEW)))
+        pool.release(conn)
+        await trio.sleep(1)
+        assert (conn.host, conn.port) == (NEW.host, NEW.port)

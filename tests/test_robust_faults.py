@@ -413,13 +413,6 @@ async def test_remembered_moving_reaches_connections_opting_in_during_the_inject
                 assert [p[0] for p in raw.pushes] == [b"MOVING"], raw.pushes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (_maintenance.py): while the server replays a MOVING to an endpoint whose "
-    "circuit breaker is open (remember=True, as managed Redis does during the window), "
-    "every new connection to the old endpoint is marked, queued, failed fast by the open "
-    "breaker and discarded: one new connection (and two WARNINGs) per command",
-)
 async def test_no_connection_churn_while_the_moving_target_is_broken(
     sim: MaintenanceSimulator,
 ) -> None:

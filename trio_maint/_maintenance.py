@@ -32,6 +32,7 @@ from typing import Any, Final, Protocol, Self, TypeAlias
 import attrs
 import trio
 
+from ._breaker import BreakerState
 from ._config import MaintConfig, MaintMode
 from ._connection import Connection, PushHandler, open_stream
 from ._endpoint import Endpoint, EndpointType, detect_endpoint_type
@@ -533,6 +534,9 @@ class _Mark:
     seq_id: int
 
 
+_DISPOSITIONS: Final = {True: Disposition.TAKEN, False: Disposition.REMOVE, None: Disposition.KEEP}
+
+
 class _Retargeted(Exception):
     """A handoff attempt abandoned because a newer MOVING named another endpoint."""
 
@@ -591,7 +595,8 @@ class MaintenanceHandler:
         self._downgrade_logged = False
         self._closed = False
         self._moved: trio.Event | None = None
-        self._scheduled: dict[int, Connection] = {}  # null-endpoint handoffs not yet due
+        # Null-endpoint handoffs not yet due: connection id -> (connection, target, seq).
+        self._scheduled: dict[int, tuple[Connection, Endpoint, int]] = {}
 
     # ------------------------------------------------------------------------ wiring
 
@@ -662,13 +667,13 @@ class MaintenanceHandler:
         started = self._target
         conn, dialed = await self._dial(started)
         current = self._target
-        moved_meanwhile = dialed == started and current != started
-        if moved_meanwhile and self._last_seq is not None and conn.handoff is None:
+        moved_meanwhile = dialed == started and current != started and conn.handoff is None
+        if moved_meanwhile and self._last_seq is not None and not self._blocked(current):
             conn.handoff = _Mark(current, self._last_seq)
         return conn
 
     async def _dial(self, target: Endpoint) -> tuple[Connection, Endpoint]:
-        if target is not self._configured:
+        if target != self._configured:
             breaker = self.manager.breaker(target) if self.manager is not None else None
             if breaker is not None and not breaker.allow(trio.current_time()):
                 target = self._configured  # the new endpoint is failing: stay where we were
@@ -910,6 +915,8 @@ class MaintenanceHandler:
         mark = conn.handoff
         if isinstance(mark, _Mark) and mark.seq_id >= n.seq_id:
             return
+        if self._blocked(endpoint):
+            return  # its breaker is open: stay here rather than fail fast and churn
         conn.handoff = _Mark(endpoint, n.seq_id)
 
     def _retarget(
@@ -930,6 +937,8 @@ class MaintenanceHandler:
         *,
         exclude: Connection,
     ) -> None:
+        if self._blocked(endpoint):
+            return
         idle = pool.take_idle()
         idle_ids = {c.id for c in idle}
         for other in pool.connections:
@@ -949,7 +958,10 @@ class MaintenanceHandler:
                 pool.give_back(other)
                 continue
             other.handoff = _Mark(endpoint, seq_id)
-            if not self._queue(other):
+            queued = self._queue(other)
+            if queued is None:
+                pool.give_back(other)
+            elif not queued:
                 pool.discard(other, "handoff manager closed")
 
     def _schedule(
@@ -964,7 +976,7 @@ class MaintenanceHandler:
 
         if pool.owns(conn):
             self._conn_seq[conn.id] = seq_id
-            self._scheduled[conn.id] = conn
+            self._scheduled[conn.id] = (conn, target, seq_id)
             manager.schedule_handoff(
                 conn, target, seq_id, delay=n.null_endpoint_delay, claim=self._claim
             )
@@ -972,11 +984,15 @@ class MaintenanceHandler:
     def _claim(self, conn: Connection) -> bool:
         """A null-endpoint timer fired: take ``conn`` if idle (the manager then owns it),
         else mark it so its release queues it."""
-        self._scheduled.pop(conn.id, None)
+        entry = self._scheduled.pop(conn.id, None)
+        if entry is None:
+            return False  # withdrawn (removed, or expedited)
+        return self._claim_for(conn, entry[1], entry[2])
+
+    def _claim_for(self, conn: Connection, target: Endpoint, seq_id: int) -> bool:
         pool, manager = self._pool, self.manager
         if conn.closed or self._closed or pool is None or manager is None:
             return False
-        target, seq_id = self._target, self._conn_seq.get(conn.id, self._last_seq or 0)
         if pool.claim_idle(conn):
             conn.handoff = _Mark(target, seq_id)
             self._queued(conn, target, seq_id)
@@ -992,11 +1008,11 @@ class MaintenanceHandler:
         scheduled, self._scheduled = self._scheduled, {}
         if manager is None or manager.closed:
             return
-        for conn in scheduled.values():
+        for conn, target, seq_id in scheduled.values():
             if manager.is_pending(conn.id):
                 continue  # already being handed off
             manager.cancel_handoff(conn.id)  # its timer
-            if self._claim(conn):
+            if self._claim_for(conn, target, seq_id):
                 conn_mark = conn.handoff
                 assert isinstance(conn_mark, _Mark)
                 try:
@@ -1011,12 +1027,29 @@ class MaintenanceHandler:
         self._queued_at.setdefault(conn.id, now)
         self._emit(HandoffQueued(conn.id, str(endpoint), seq_id, now))
 
-    def _queue(self, conn: Connection) -> bool:
-        """Give a marked connection to the HandoffManager; ``False`` if it is closed."""
+    def _blocked(self, endpoint: Endpoint) -> bool:
+        """Whether ``endpoint``'s circuit breaker is open and not yet due for a trial: a
+        handoff there would fail fast, so connections stay where they are (no churn)."""
+        manager = self.manager
+        if manager is None:
+            return False
+        breaker = manager.breaker(endpoint)
+        if breaker.state is not BreakerState.OPEN:
+            return False
+        last = breaker.stats().last_failure_time
+        return last is not None and trio.current_time() - last < breaker.reset_timeout
+
+    def _queue(self, conn: Connection) -> bool | None:
+        """Give a marked connection to the HandoffManager; ``False`` if it is closed,
+        ``None`` if the target's breaker is open (the mark is dropped: keep the
+        connection where it is)."""
         mark = conn.handoff
         manager = self.manager
         if not isinstance(mark, _Mark) or manager is None:
             return False
+        if self._blocked(mark.endpoint):
+            conn.handoff = None
+            return None
         try:
             manager.queue_handoff_nowait(conn, mark.endpoint, mark.seq_id)
         except (ConnectionClosedError, RuntimeError):
@@ -1055,13 +1088,13 @@ class MaintenanceHandler:
         """A connection marked for handoff is queued instead of being lent out."""
         if conn.handoff is None or is_new:
             return Disposition.KEEP
-        return Disposition.TAKEN if self._queue(conn) else Disposition.REMOVE
+        return _DISPOSITIONS[self._queue(conn)]
 
     def on_put(self, conn: Connection) -> Disposition:
         """A released connection marked for handoff goes to the HandoffManager."""
         if conn.handoff is None:
             return Disposition.KEEP
-        return Disposition.TAKEN if self._queue(conn) else Disposition.REMOVE
+        return _DISPOSITIONS[self._queue(conn)]
 
     def on_remove(self, conn: Connection, reason: str) -> None:
         """A removed connection's handoff (queued or scheduled) is withdrawn."""
@@ -1081,7 +1114,10 @@ class MaintenanceHandler:
             await conn.check_idle()
         mark = conn.handoff
         if isinstance(mark, _Mark) and mark.endpoint != endpoint:
-            raise _Retargeted(f"conn[{conn.id}] now moves to {mark.endpoint}, not {endpoint}")
+            manager = self.manager
+            if manager is not None and manager.pending_seq_ids().get(conn.id) == mark.seq_id:
+                # The manager took the newer target: it redoes this handoff there.
+                raise _Retargeted(f"conn[{conn.id}] now moves to {mark.endpoint}, not {endpoint}")
         opts = self._options_for(endpoint)
         timeout = opts.connect_timeout
         try:
@@ -1204,7 +1240,7 @@ class MaintenanceHandler:
             completed_handoffs=0 if stats is None else stats.completed,
             failed_handoffs=0 if stats is None else stats.failed,
             current_endpoint=(
-                self.options.address_text if self._target is self._configured else str(self._target)
+                self.options.address_text if self._target == self._configured else str(self._target)
             ),
             last_moving_seq=self._last_seq,
             moving_deadline=deadline,
