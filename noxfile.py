@@ -97,6 +97,8 @@ def fuzz(session: nox.Session) -> None:
         "no:randomly",
         "-W",
         "error::ResourceWarning",
+        "-o",
+        "faulthandler_timeout=10800",  # the 10^5-example test runs for tens of minutes
         "tests/test_robust_reader.py",
         "tests/test_robust_cancel.py",
         "tests/test_robust_faults.py",

@@ -253,11 +253,38 @@ async def settle(r: trio_maint.Redis) -> None:
             await trio.sleep(0.02)
 
 
+async def publish_forever(url: str, channel: str) -> None:
+    """Publish 0, 1, 2... from a client of its own (straight to the server), so the pool
+    under test stays idle between phases."""
+    async with trio_maint.open_redis(url, maintenance=MaintConfig(mode="disabled")) as r:
+        for i in range(10**9):
+            await r.publish(channel, str(i))
+            await trio.sleep(0.002)
+
+
+async def read_forever(
+    ps: Any, canceller: StepCanceller, received: list[int], tally: Tally
+) -> None:
+    """Read pub/sub messages with random cancel points, forever."""
+    rng = random.Random(3)
+
+    async def read() -> None:
+        message = await ps.get_message(timeout=0.5)
+        if message is not None:
+            received.append(int(message.data))
+
+    while True:
+        await run_cancellable(canceller, rng, tally, read, max_steps=4)
+        await trio.lowlevel.checkpoint()
+
+
 async def test_random_cancellation_during_handoffs(
+    backend: RedisServer,
     sims: tuple[MaintenanceSimulator, MaintenanceSimulator],
     canceller: StepCanceller,
 ) -> None:
-    """MOVING flips the client between two endpoints while cancelled commands run."""
+    """MOVING flips the client between two endpoints while cancelled commands run and a
+    subscriber (its reads cancelled at random too) follows along."""
     a, b = sims
     config = MaintConfig(endpoint_type="internal-ip", relaxed_timeout=5.0, handoff_timeout=5.0)
     total = Tally()
@@ -266,20 +293,36 @@ async def test_random_cancellation_during_handoffs(
             f"{a.url}/11", pool_size=6, max_active_conns=10, pool_timeout=10, maintenance=config
         ) as r:
             await r.flushdb()
-            for phase in range(scaled(8, 40)):
-                source, target = (a, b) if phase % 2 == 0 else (b, a)
+            received: list[int] = []
+            async with r.pubsub(ignore_subscribe_messages=True) as ps, trio.open_nursery() as bg:
+                await ps.subscribe("rc:moving")
+                bg.start_soon(publish_forever, backend.url, "rc:moving")
+                bg.start_soon(read_forever, ps, canceller, received, total)
+                for phase in range(scaled(8, 40)):
+                    source, target = (a, b) if phase % 2 == 0 else (b, a)
 
-                async def flip(source: MaintenanceSimulator = source, t: Any = target) -> None:
-                    await trio.sleep(0.01)
-                    await source.inject_moving(time=15, target=t)
+                    async def flip(source: MaintenanceSimulator = source, t: Any = target) -> None:
+                        await trio.sleep(0.01)
+                        await source.inject_moving(time=15, target=t)
 
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(flip)
-                    tally = await workload(r, canceller, phase, workers=6, rounds=scaled(40, 120))
-                await settle(r)
-                check_pool(r)
-                total.completed += tally.completed
-                total.cancelled += tally.cancelled
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(flip)
+                        tally = await workload(
+                            r, canceller, phase, workers=6, rounds=scaled(40, 120)
+                        )
+                    await settle(r)
+                    check_pool(r)
+                    total.completed += tally.completed
+                    total.cancelled += tally.cancelled
+                # The subscriber followed every MOVING and still receives.
+                seen = len(received)
+                with trio.fail_after(10):
+                    while len(received) < seen + 5:
+                        await trio.sleep(0.01)
+                bg.cancel_scope.cancel()
+            # Messages may be lost while the subscriber reconnects, never duplicated or
+            # reordered.
+            assert received == sorted(set(received)), received
             assert r.maintenance is not None
             state = r.maintenance.state
             assert state.completed_handoffs > 5, state
@@ -287,3 +330,46 @@ async def test_random_cancellation_during_handoffs(
             check_pool(r)
         assert r.pool.connections == []
     assert total.completed > 500 and total.cancelled > 150, vars(total)
+
+
+async def test_pubsub_resubscribes_after_a_cancelled_reconnect(r: trio_maint.Redis) -> None:
+    """Regression: cancelling the reconnect of a PubSub (after a MOVING or a lost
+    connection) forgot that it had to subscribe again, so it went deaf."""
+    from trio_maint import Connection, PubSub
+
+    delay = [0.0]
+
+    async def factory() -> Connection:
+        await trio.sleep(delay[0])
+        return await Connection.open(r.options)
+
+    with trio.fail_after(10):
+        async with PubSub(
+            r.options, ignore_subscribe_messages=True, connection_factory=factory
+        ) as ps:
+            await ps.subscribe("rc:deaf")
+            assert await ps.get_message(timeout=0.2) is None
+            for cancel_in in ("connect", "resubscribe"):
+                ps.reconnect_soon()
+                if cancel_in == "connect":
+                    delay[0] = 5.0
+                    with trio.move_on_after(0.1):
+                        await ps.get_message()
+                else:
+                    with trio.CancelScope() as scope:
+                        real = ps.resubscribe
+
+                        async def cancelled_resubscribe(
+                            scope: trio.CancelScope = scope, real: Any = real
+                        ) -> None:
+                            scope.cancel()
+                            await real()
+
+                        ps.resubscribe = cancelled_resubscribe  # type: ignore[method-assign]
+                        await ps.get_message()
+                    del ps.resubscribe
+                delay[0] = 0.0
+                assert await ps.get_message(timeout=0.2) is None  # reconnects
+                await r.publish("rc:deaf", cancel_in)
+                message = await ps.get_message(timeout=2)
+                assert message is not None and message.data == cancel_in.encode()

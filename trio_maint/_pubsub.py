@@ -88,6 +88,7 @@ class PubSub:
         self._closed = False
         self._connect_lock = trio.Lock()
         self._reconnect = False
+        self._resubscribe = False  # a reconnect happened: subscribe again
 
     @property
     def connection(self) -> Connection | None:
@@ -137,19 +138,19 @@ class PubSub:
     async def _connection(self) -> Connection:
         if self._closed:
             raise ConnectionClosedError("this PubSub is closed")
-        moved = False
         async with self._connect_lock:
             if self._reconnect:
                 self._reconnect = False
                 if self._conn is not None:
                     self._conn.close_nowait()
                     self._conn = None
-                    moved = True
+                    self._resubscribe = True
             if self._conn is None or not self._conn.usable:
                 if self._conn is not None:
                     # Lost (or cancelled mid-record on TLS): reconnect and resubscribe.
                     self._conn.close_nowait()
-                    moved = True
+                    self._conn = None
+                    self._resubscribe = True
                 if self._factory is not None:
                     new = await self._factory()
                 else:
@@ -159,8 +160,15 @@ class PubSub:
                     raise ConnectionClosedError("this PubSub is closed")
                 self._conn = new
             conn = self._conn
-        if moved:
-            await self.resubscribe()
+        if self._resubscribe:
+            # Kept until it is done: a reconnect or resubscription that is cancelled or
+            # fails is completed by the next call, so the subscriptions are never lost.
+            self._resubscribe = False
+            try:
+                await self.resubscribe()
+            except BaseException:
+                self._resubscribe = True
+                raise
         return conn
 
     async def _send(self, *args: Any) -> None:
