@@ -14,6 +14,7 @@ import pytest
 import trio
 
 import trio_maint
+import trio_maint.testing
 from trio_maint import CrossSlotError, MaintConfig, key_slot
 from trio_maint.testing import ClusterNode, RedisCluster
 
@@ -340,3 +341,44 @@ async def test_sharded_pubsub_follows_slot(
         message = await ps.get_message(timeout=5)
         assert message is not None and message.data == b"two"
         await redis_cluster.migrate_slots_async([slot], target, source)
+
+
+async def test_tryagain_is_retried_until_the_slot_settles(
+    rc: trio_maint.RedisCluster, redis_cluster: RedisCluster
+) -> None:
+    """A multi-key command whose keys are split by a migration in progress gets TRYAGAIN;
+    it is retried with backoff and succeeds once the slot has moved."""
+    await rc.mset({"{ta}1": "a", "{ta}2": "b"})
+    slot = key_slot("ta")
+    source = redis_cluster.master_of_slot(slot)
+    target = _other_master(redis_cluster, source)
+
+    def half_migrate() -> None:
+        target.call("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+        source.call("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+        source.call("MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", "{ta}1")
+
+    await trio.to_thread.run_sync(half_migrate)
+    result: list[Any] = []
+
+    async def read() -> None:
+        result.append(await rc.mget("{ta}1", "{ta}2"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        with trio.fail_after(5):
+            while rc.redirections["tryagain"] < 2:
+                await trio.sleep(0.01)
+        assert result == []
+        await redis_cluster.migrate_slots_async([slot], source, target)
+    assert result == [[b"a", b"b"]]
+
+
+async def test_no_startup_node_answers() -> None:
+    port = trio_maint.testing.free_port()
+    with pytest.raises(trio_maint.ConnectionError, match="no cluster node answered"):
+        async with trio_maint.open_redis_cluster(f"redis://127.0.0.1:{port}"):
+            pass  # pragma: no cover
+    with pytest.raises(ValueError):
+        async with trio_maint.open_redis_cluster("redis://127.0.0.1:7000/3"):
+            pass  # pragma: no cover

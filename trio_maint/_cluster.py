@@ -214,20 +214,18 @@ class RedisCluster(CommandsMixin[Awaitable[Any]]):
     :class:`~trio_maint.ClusterDownError`/:class:`~trio_maint.ConnectionError` when the
     redirection or retry budget (``max_redirects``, ``retry_timeout``) is spent.
 
-    Attributes:
-        options: the :class:`ClientOptions` shared by every node (host/port aside).
-        read_from_replicas: reads go to replicas (with ``READONLY``) when ``True``.
-        max_redirects: most ``MOVED``/``ASK`` redirections followed per command (``int``);
-            from the third on, each waits (10 ms doubling up to 250 ms) for the nodes to
-            settle.
-        retry_timeout: seconds (``float``) a command may spend retrying ``TRYAGAIN``,
-            ``CLUSTERDOWN`` and lost connections, with backoff from 10 ms to 250 ms.
-        refresh_cooldown: seconds (``float``) between two slot-map refreshes.
-        refreshes: completed slot-map refreshes (``int``).
-        redirections: a ``collections.Counter`` of what commands met: ``"moved"``,
-            ``"ask"``, ``"tryagain"``, ``"clusterdown"``, ``"readonly"``, ``"connection"``
-            (retried lost connections) and ``"loading"``.
-        smigrated_refreshes: refreshes requested by ``SMIGRATED`` (``int``).
+    Attributes (see :func:`open_redis_cluster` for the options):
+
+    * ``options``: the :class:`ClientOptions` shared by every node (host/port aside).
+    * ``read_from_replicas`` (``bool``), ``max_redirects`` (``int``; from the third
+      redirection on, each waits 10 ms doubling up to 250 ms for the nodes to settle),
+      ``retry_timeout`` and ``refresh_cooldown`` (seconds, ``float``).
+    * ``refreshes``: completed slot-map refreshes (``int``); ``smigrated_refreshes``:
+      refreshes requested by ``SMIGRATED`` (``int``).
+    * ``redirections``: a ``collections.Counter`` of what commands met: ``"moved"``,
+      ``"ask"``, ``"tryagain"``, ``"clusterdown"``, ``"readonly"``, ``"connection"``
+      (retried lost connections) and ``"loading"``.
+    * ``last_refresh_error``: why the last refresh failed, or ``None``.
     """
 
     def __init__(
@@ -1056,6 +1054,9 @@ class ClusterPubSub:
         async with self._lock:
             if channel is not None:
                 channels = [c for c in self.shard_channels if self._key(c) == self._key(channel)]
+                old = self._subs.get(name)
+                if old is not None:  # the old node dropped it: never resubscribe there
+                    old.shard_channels.difference_update(channels)
             else:
                 channels = [c for c in self.shard_channels if self._where.get(self._key(c)) == name]
                 ps = self._subs.pop(name, None)
