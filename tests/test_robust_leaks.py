@@ -206,13 +206,6 @@ async def test_open_redis_leaves_nothing_behind(
         await assert_nothing_left(before)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (_handoff.py): an error raised in open_redis's block while a handoff is "
-    "running comes out as ExceptionGroup([ValueError]) instead of the ValueError: the "
-    "client cancels its nursery first, so HandoffManager.__aexit__ sees "
-    "[ValueError, Cancelled, ...] and only unwraps a group of exactly [exc]",
-)
 async def test_error_in_block_during_a_handoff_is_not_wrapped(
     sims: tuple[MaintenanceSimulator, MaintenanceSimulator],
 ) -> None:

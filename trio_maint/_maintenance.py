@@ -534,6 +534,22 @@ class _Mark:
     seq_id: int
 
 
+def _only(group: BaseExceptionGroup[BaseException], exc: BaseException) -> bool:
+    """Whether ``group`` holds ``exc`` and otherwise only ``trio.Cancelled``."""
+    rest = group.split(trio.Cancelled)[1]
+    if rest is None:
+        return False
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [rest]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, BaseExceptionGroup):
+            pending.extend(item.exceptions)
+        else:
+            leaves.append(item)
+    return leaves == [exc]
+
+
 _DISPOSITIONS: Final = {True: Disposition.TAKEN, False: Disposition.REMOVE, None: Disposition.KEEP}
 
 
@@ -634,6 +650,13 @@ class MaintenanceHandler:
             if self.manager is not None:
                 return await self.manager.__aexit__(exc_type, exc, tb)
             return False
+        except BaseExceptionGroup as group:
+            # The client cancels its nursery (around this one) when its block exits, so
+            # the workers' Cancelled (which belong to that outer scope) come out next to
+            # the block's own exception: let that exception propagate unwrapped.
+            if exc is not None and _only(group, exc):
+                return False
+            raise
         finally:
             streams, self._streams = self._streams, []
             for stream in streams:
