@@ -185,7 +185,7 @@ async def test_open_redis_leaves_nothing_behind(
         before = Snapshot.take()
         with contextlib.ExitStack() as stack:
             if how == "error":
-                # (wrapped in groups when a handoff is running: see the xfail test below)
+                # (wrapped in a group by the test's own nursery ``outer``)
                 stack.enter_context(
                     pytest.RaisesGroup(ValueError, allow_unwrapped=True, flatten_subgroups=True)
                 )
