@@ -61,6 +61,10 @@ async def test_routing_and_keyless_commands(rc: trio_maint.RedisCluster) -> None
     await rc.execute_command("SET", "key:0", "zero")
     assert await rc.execute_command("GETSET", "key:0", "z") == b"zero"
     assert len(rc.slot_map.masters) == len(rc.nodes) == 3
+    # Auto mode: each node refused CLIENT MAINT_NOTIFICATIONS (Redis 7.0) and went quiet.
+    for node in rc.nodes.values():
+        assert node.maintenance is not None
+        assert node.maintenance.mode is trio_maint.MaintMode.DISABLED
 
 
 async def test_cross_slot_error_before_sending(rc: trio_maint.RedisCluster) -> None:
@@ -382,3 +386,55 @@ async def test_no_startup_node_answers() -> None:
     with pytest.raises(ValueError):
         async with trio_maint.open_redis_cluster("redis://127.0.0.1:7000/3"):
             pass  # pragma: no cover
+
+
+async def test_transaction_follows_moved_and_ask(redis_cluster: RedisCluster) -> None:
+    """A transaction whose slot is mid-migration gets ASK (EXECABORT, nothing ran): it is
+    sent again to the target after ASKING; once the slot moved, a stale map meets MOVED
+    and the transaction is sent to the new owner."""
+    slot = key_slot("tx")
+    async with trio_maint.open_redis_cluster(redis_cluster.url) as rc:
+        await rc.set("{tx}a", 1)
+        source = redis_cluster.master_of_slot(slot)
+        target = _other_master(redis_cluster, source)
+
+        def half_migrate() -> None:
+            target.call("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+            source.call("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+            source.call("MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", "{tx}a")
+
+        await trio.to_thread.run_sync(half_migrate)
+        async with rc.pipeline(transaction=True) as pipe:
+            pipe.incr("{tx}a").get("{tx}a")
+            assert await pipe.execute() == [2, b"2"]
+        assert rc.redirections["ask"] == 1
+        assert rc.slot_map.master(slot).name == source.name  # type: ignore[union-attr]
+        await redis_cluster.migrate_slots_async([slot], source, target)
+        async with rc.pipeline(transaction=True) as pipe:
+            pipe.incr("{tx}a")
+            assert await pipe.execute() == [3]
+        assert rc.redirections["moved"] == 1
+        assert rc.slot_map.master(slot).name == target.name  # type: ignore[union-attr]
+        await redis_cluster.migrate_slots_async([slot], target, source)
+
+
+async def test_cluster_slots_fallback(
+    redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server without CLUSTER SHARDS (Redis < 7): the map comes from CLUSTER SLOTS."""
+    real = trio_maint.Redis.execute_command
+    asked: list[Any] = []
+
+    async def no_shards(self: trio_maint.Redis, *args: Any, **kwargs: Any) -> Any:
+        asked.append(args)
+        if args[:2] == ("CLUSTER", "SHARDS"):
+            raise trio_maint.ResponseError("ERR unknown subcommand 'SHARDS'. Try CLUSTER HELP.")
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(trio_maint.Redis, "execute_command", no_shards)
+    async with trio_maint.open_redis_cluster(redis_cluster.url) as rc:
+        assert ("CLUSTER", "SLOTS") in asked
+        assert rc.slot_map.covered == 16384
+        assert {m.name for m in rc.slot_map.masters} == {m.name for m in redis_cluster.masters}
+        await rc.set("fallback", 1)
+        assert await rc.get("fallback") == b"1"

@@ -861,6 +861,7 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
             if redirect is None and isinstance(exec_reply, ResponseError):
                 redirect = exec_reply if isinstance(exec_reply, ClusterDownError) else None
             if redirect is not None:
+                cluster.redirections[_KINDS[type(redirect)]] += 1
                 attempt += 1
                 if attempt > cluster.max_redirects or trio.current_time() > deadline:
                     raise redirect
