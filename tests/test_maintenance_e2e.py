@@ -580,3 +580,24 @@ async def test_enabled_mode_handoff_to_a_refusing_endpoint_fails_cleanly(
                 assert len(failed) == 1 and "MaintenanceNotSupportedError" in failed[0].error
                 assert handler.mode is MaintMode.ENABLED
                 assert handler.state.pending_handoffs == 0
+
+
+async def test_moving_on_an_idle_pool_is_acted_on_without_traffic(
+    sim_a: MaintenanceSimulator, sim_b: MaintenanceSimulator
+) -> None:
+    """No command runs after the MOVING: the pool's maintenance round drains the idle
+    connections and hands them off before the old endpoint closes them."""
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(url(sim_a), pool_size=4) as r:
+            handler = r.maintenance
+            assert handler is not None
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(r.execute_command, "DEBUG", "SLEEP", "0.05")
+            ids = {c.id for c in r.pool.connections}
+            assert len(ids) == 4
+            await sim_a.inject_moving(time=15, target=sim_b)
+            await wait_for(lambda: handler.state.completed_handoffs == 4, timeout=5)
+            assert {c.id for c in r.pool.connections} == ids
+            assert all(c.port == sim_b.port for c in r.pool.idle_connections)
+            assert len(r.pool.idle_connections) == 4

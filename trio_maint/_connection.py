@@ -633,6 +633,10 @@ class Connection:
         except Exception:
             logger.exception("connection %d: push handler failed on %.200r", self.id, frame)
 
+    def has_input(self) -> bool:
+        """Whether bytes wait to be read (on the socket or buffered), without reading."""
+        return self._readable() or self._parser.has_data()
+
     def _readable(self) -> bool:
         if self._fileno < 0:
             return False

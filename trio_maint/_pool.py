@@ -392,7 +392,50 @@ class ConnectionPool:
                     logger.warning("could not open a min_idle_conns connection: %s", exc)
                     break
                 self._to_idle(conn)
+            try:
+                await self.drain_idle()
+            except Exception:  # pragma: no cover - drain_idle handles connection errors
+                logger.exception("draining idle connections failed")
             await trio.sleep(interval)
+
+    async def drain_idle(self) -> int:
+        """Read what arrived on idle connections (push frames such as maintenance
+        notifications, or the server closing them), so that it is acted on without waiting
+        for the connection's next use. Called by :meth:`run_maintenance` every round.
+
+        A drained connection goes through the ``on_put`` hooks again (a notification may
+        have marked it for a handoff); a dead one is closed.
+
+        :returns: how many connections were drained (``int``).
+        """
+        drained = 0
+        for conn in [c for c in self._idle if c.has_input()]:
+            if not self.claim_idle(conn):
+                continue  # taken meanwhile
+            last_used = conn.last_used
+            ok = await conn.check_idle()
+            drained += 1
+            if self._closed or not ok:
+                self._stale += 0 if self._closed else 1
+                self._remove(conn, "closed" if self._closed else "failed the health check")
+                continue
+            self._return_drained(conn, last_used)
+        return drained
+
+    @trio.lowlevel.enable_ki_protection
+    def _return_drained(self, conn: Connection, last_used: float) -> None:
+        if conn.id not in self._all:
+            conn.close_nowait()
+            return
+        for hook in self.hooks:
+            verdict = hook.on_put(conn)
+            if verdict is Disposition.REMOVE:
+                self._remove(conn, "a pool hook asked for removal")
+                return
+            if verdict is Disposition.TAKEN:
+                return
+        self._to_idle(conn)
+        conn.last_used = last_used
 
     def reap_idle(self) -> int:
         """Close idle connections older than ``conn_max_idle_time``; return how many."""
