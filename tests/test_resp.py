@@ -190,3 +190,23 @@ def test_chunked_feed_parses_like_whole_feed(frames: list[Any], data: st.DataObj
 def test_nan_double() -> None:
     [value] = parse_all(b",nan\r\n")
     assert math.isnan(value)
+
+
+def test_attribute_at_a_frame_boundary_is_rejected() -> None:
+    parser = RespParser()
+    parser.feed(b"+OK\r\n")
+    assert parser.next_reply() == b"OK"
+    with pytest.raises(ProtocolError, match="attribute"):
+        parser.feed(b"|1\r\n+ttl\r\n:3600\r\n+OK\r\n")
+    assert parser.broken
+
+
+def test_bar_after_a_consumed_type_byte_is_data() -> None:
+    parser = RespParser()
+    parser.feed(b"+")
+    assert parser.next_reply() is NEED_DATA  # hiredis has consumed the '+'
+    parser.feed(b"|ab\r\n")
+    assert parser.next_reply() == b"|ab"
+    parser.feed(b"$3\r\n")
+    parser.feed(b"|xy\r\n")
+    assert parser.next_reply() == b"|xy"

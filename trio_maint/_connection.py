@@ -614,12 +614,7 @@ class Connection:
             raise ConnectionClosedError(f"connection {self.id} was closed") from exc
         if not data:
             raise ConnectionError(f"server {self.endpoint_text} closed the connection")
-        if data[0] == 0x7C and not self._parser.has_data():  # b"|": a RESP3 attribute
-            raise ProtocolError(
-                "the server sent a RESP3 attribute frame, which trio_maint (like hiredis) "
-                "does not support; the connection is discarded"
-            )
-        self._parser.feed(data)
+        self._parser.feed(data)  # raises ProtocolError on a RESP3 attribute frame
 
     def dispatch_push(self, frame: list[Any]) -> None:
         """Hand one push frame to ``push_handler`` (logged and dropped when there is

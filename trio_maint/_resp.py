@@ -100,7 +100,7 @@ class RespParser:
         ``"utf-8"`` to get ``str`` (``decode_responses``).
     """
 
-    __slots__ = ("_gets", "_reader", "broken", "encoding")
+    __slots__ = ("_at_line_end", "_gets", "_reader", "broken", "encoding")
 
     def __init__(self, encoding: str | None = None) -> None:
         self.encoding = encoding
@@ -117,9 +117,29 @@ class RespParser:
         # The hot path: the reader's bound ``gets``, replaced by :meth:`_failed` once the
         # parser is broken (so ``next_reply`` needs no check of its own per reply).
         self._gets: Callable[[], RespValue] = self._reader.gets
+        # True when the bytes fed so far end a line: the next byte fed is then a type byte
+        # whenever hiredis holds nothing unconsumed (hiredis consumes the type byte of a
+        # partial line reply, so a chunk boundary right after it must not be mistaken).
+        self._at_line_end = True
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        """Append received bytes to the parser's buffer."""
+        """Append received bytes to the parser's buffer.
+
+        :raises ProtocolError: ``data`` starts a RESP3 attribute frame (``|``) at a frame
+            boundary. hiredis cannot parse attributes (it would return one as a reply of its
+            own), so the parser is marked broken and the connection must be discarded. An
+            attribute that does not start a received chunk is not detected.
+        """
+        if not data:
+            return
+        if data[0] == 0x7C and self._at_line_end and not self._reader.has_data():
+            raise self.failure(
+                ProtocolError(
+                    "the server sent a RESP3 attribute frame, which trio_maint (like "
+                    "hiredis) does not support; the connection is discarded"
+                )
+            )
+        self._at_line_end = data[-1] == 0x0A
         self._reader.feed(data)  # type: ignore[arg-type]
 
     def next_reply(self) -> RespValue:
