@@ -546,6 +546,46 @@ class RedisCluster:
         """As :meth:`failover`, in a worker thread."""
         return await _in_thread(lambda: self.failover(master, force=force))
 
+    def crash(self, master: ClusterNode, *, timeout: float | None = None) -> ClusterNode:
+        """Kill ``master``'s process (``SIGKILL``: an unplanned failover), wait until the
+        cluster elects one of its replicas, then ``CLUSTER FORGET`` the dead node on every
+        other node and wait until the cluster is ready again. Writes the dead master had
+        not yet replicated are lost, as in production.
+
+        :param timeout: seconds (``float``) to wait for the election; default
+            ``startup_timeout``.
+        :returns: the new master.
+        :raises ClusterError: ``master`` has no replica, or no replica took over in time.
+        """
+        replicas = self.replicas_of(master)
+        if not replicas:
+            raise ClusterError(f"{master} has no replica to take over")
+        process = master.server.process
+        if process is not None and process.poll() is None:
+            process.kill()
+        master.server.stop()
+        self.nodes.remove(master)
+
+        def elected() -> ClusterNode | None:
+            for replica in replicas:
+                if self.role_of(replica) == "master":
+                    return replica
+            return None
+
+        self._wait(lambda: elected() is not None, "a replica to be elected", timeout)
+        new_master = elected()
+        assert new_master is not None
+        for other in self.nodes:
+            other.call("CLUSTER", "FORGET", master.node_id)
+        self.wait_ready(timeout)
+        return new_master
+
+    async def crash_async(
+        self, master: ClusterNode, *, timeout: float | None = None
+    ) -> ClusterNode:
+        """As :meth:`crash`, in a worker thread."""
+        return await _in_thread(lambda: self.crash(master, timeout=timeout))
+
     # ------------------------------------------------------------------ membership
 
     def add_node(self, replica_of: ClusterNode | None = None) -> ClusterNode:
