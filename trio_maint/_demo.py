@@ -604,8 +604,8 @@ class _Demo:
             self.step(f"server: failover work, replies delayed by {FAILOVER_LATENCY:g} s")
             await trio.sleep_until(start + (LEAD + WORK) / speed)
             sim_a.set_latency(0.0)
-            await sim_a.inject_failed_over(seq_id=seq + 1)
-            self.step(f"server: FAILED_OVER seq={seq + 1} sent")
+            closing = await sim_a.inject_failed_over()
+            self.step(f"server: FAILED_OVER seq={closing} sent")
             return
         seq = await sim_a.inject_migrating(time=lead, remember=True)
         self.step(f"server: MIGRATING seq={seq} sent")
@@ -613,8 +613,8 @@ class _Demo:
             await _replicate(admin_a, admin_b, a_server)
             self.step("server: B is a replica of A and caught up (the data is copied)")
         await trio.sleep_until(start + (LEAD + WORK) / speed)
-        await sim_a.inject_migrated(seq_id=seq + 1)
-        self.step(f"server: MIGRATED seq={seq + 1} sent")
+        closing = await sim_a.inject_migrated()
+        self.step(f"server: MIGRATED seq={closing} sent")
         moving_at = trio.current_time()
         if cfg.scenario == "unreachable":
             dead = ("127.0.0.1", free_port())

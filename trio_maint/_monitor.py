@@ -12,7 +12,7 @@ import trio
 
 from ._client import open_redis
 from ._config import MaintConfig, MaintMode
-from ._errors import RedisError
+from ._errors import AuthenticationError, RedisError
 from ._maintenance import (
     EventsDropped,
     HandoffFailed,
@@ -140,6 +140,8 @@ async def run_monitor(
         try:
             with trio.fail_after((options.connect_timeout or 5.0) + 5.0):
                 await r.ping()
+        except AuthenticationError as exc:
+            raise MonitorError(f"{options.address_text} refused the credentials: {exc}") from None
         except (RedisError, OSError, trio.TooSlowError) as exc:
             raise MonitorError(f"cannot reach {options.address_text}: {exc}") from None
         if handler.mode is MaintMode.DISABLED:
