@@ -125,6 +125,7 @@ from ._pool import (
 )
 from ._pubsub import Message as Message
 from ._pubsub import PubSub as PubSub
+from ._slots import NodeInfo as NodeInfo
 from ._slots import SlotMap as SlotMap
 from ._slots import key_slot as key_slot
 
