@@ -60,6 +60,19 @@ def test_demo_json_rides_through_a_real_move(scenario: str) -> None:
     assert "trio-maint demo: PASS" in result.stderr
 
 
+def test_demo_cluster_json_rides_through_a_slot_migration() -> None:
+    result = run_cli("demo", "--cluster", "--tasks", "30", "--keys", "500", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is True
+    assert report["commands"]["total"] > 100
+    assert report["commands"]["failed"] == 0, report["commands"]["errors"]
+    assert report["keys_moved"] > 0
+    assert report["smigrated_refreshes"] >= 1
+    assert report["data_check"] == {"checked": 500, "lost": 0}
+    assert "SMIGRATED" in result.stderr
+
+
 @pytest.mark.parametrize("scenario", ["failover", "unreachable"])
 def test_demo_other_scenarios(scenario: str, tmp_path: Path) -> None:
     out = os.path.join(str(tmp_path), "report.json")

@@ -266,13 +266,51 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _cmd_cluster_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``trio-maint demo --cluster``: scenario (a) of docs/cluster.md with progress lines and
+    a report (JSON with ``--json``)."""
+    from ._cluster_demo import ClusterDemoConfig, run_cluster_demo
+    from .testing import ClusterError, RedisServerNotFoundError
+
+    for name in ("tasks", "pool_size", "keys"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    defaults = ClusterDemoConfig()
+    cfg = ClusterDemoConfig(
+        tasks=args.tasks or defaults.tasks,
+        keys=args.keys or defaults.keys,
+        pool_size=args.pool_size or defaults.pool_size,
+    )
+    json_to_stdout = args.json == "-"
+    view_out = err if json_to_stdout else out
+
+    def say(line: str) -> None:
+        print(line, file=view_out, flush=True)
+
+    try:
+        report = trio.run(run_cluster_demo, cfg, say)
+    except (RedisServerNotFoundError, ClusterError) as exc:
+        raise DemoError(str(exc)) from None
+    if args.json:
+        text = json.dumps(report.as_dict(), indent=2)
+        if json_to_stdout:
+            print(text, file=out)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
 def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.cluster:
+        return _cmd_cluster_demo(args, out, err)
     try:
         cfg = DemoConfig(
-            tasks=args.tasks,
+            tasks=args.tasks if args.tasks is not None else 8,
             duration=args.duration,
-            pool_size=args.pool_size,
-            keys=args.keys,
+            pool_size=args.pool_size if args.pool_size is not None else 4,
+            keys=args.keys if args.keys is not None else 1000,
             mix=args.mix,
             speed=args.speed,
             scenario=args.scenario,
@@ -350,15 +388,24 @@ def build_parser() -> argparse.ArgumentParser:
             "failed or a write was lost."
         ),
     )
-    demo.add_argument("--tasks", type=int, default=8, help="concurrent tasks (default 8)")
+    demo.add_argument(
+        "--tasks", type=int, default=None, help="concurrent tasks (default 8; 100 with --cluster)"
+    )
     demo.add_argument(
         "--duration",
         type=_positive_float,
         default=None,
         help="seconds of traffic in all (default: the timeline's length at --speed)",
     )
-    demo.add_argument("--pool-size", type=int, default=4, help="client pool size (default 4)")
-    demo.add_argument("--keys", type=int, default=1000, help="key space size (default 1000)")
+    demo.add_argument(
+        "--pool-size",
+        type=int,
+        default=None,
+        help="client pool size (default 4; per node with --cluster: 20)",
+    )
+    demo.add_argument(
+        "--keys", type=int, default=None, help="key space size (default 1000; 2000 with --cluster)"
+    )
     demo.add_argument(
         "--mix",
         type=_mix,
@@ -401,6 +448,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", metavar="FILE.png", help="draw ops/s and p99 over time (needs matplotlib)"
     )
     demo.add_argument("--plain", action="store_true", help="plain text even on a terminal")
+    demo.add_argument(
+        "--cluster",
+        action="store_true",
+        help="run the Redis Cluster demo instead: a real local cluster (3 masters + 1 "
+        "replica each) behind simulators, SMIGRATING, a real migration of slots between "
+        "masters (MOVED/ASK), SMIGRATED; --tasks, --pool-size, --keys and --json apply",
+    )
     demo.set_defaults(func=_cmd_demo)
 
     monitor = sub.add_parser(
