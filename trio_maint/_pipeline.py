@@ -12,6 +12,7 @@ from ._connection import Connection
 from ._errors import (
     ConnectionClosedError,
     ExecAbortError,
+    ReadOnlyError,
     RedisError,
     ResponseError,
     WatchError,
@@ -168,15 +169,29 @@ class Pipeline(CommandsMixin["Pipeline"]):
         finally:
             await self.reset()
 
-    async def _run(self, commands: list[tuple[CommandArg, ...]]) -> list[Any]:
+    async def _run(
+        self, commands: list[tuple[CommandArg, ...]], *, transaction: bool = False
+    ) -> list[Any]:
         if self._conn is not None:
             return await self._conn.execute_many(commands)
         pool = self._client.pool
         conn = await pool.acquire()
         try:
-            return await conn.execute_many(commands)
+            replies = await conn.execute_many(commands)
         finally:
             pool.release(conn)
+        # Writes refused with READONLY were not executed: when the endpoint is moving
+        # (the old endpoint turns read-only just before MOVING), send them again on the
+        # new endpoint, as single commands are (see docs/maintenance.md). A transaction
+        # refused while queueing ran nothing, so it is sent again whole.
+        refused = [i for i, r in enumerate(replies) if r.__class__ is ReadOnlyError]
+        if refused and await self._client._moved_away(conn):
+            if transaction:
+                return await self._run(commands, transaction=True)
+            again = await self._run([commands[i] for i in refused])
+            for i, reply in zip(refused, again, strict=True):
+                replies[i] = reply
+        return replies
 
     async def _execute_pipeline(
         self, stack: list[tuple[tuple[CommandArg, ...], Callback | None]], raise_on_error: bool
@@ -196,7 +211,7 @@ class Pipeline(CommandsMixin["Pipeline"]):
         commands: list[tuple[CommandArg, ...]] = [("MULTI",)]
         commands += [args for args, _ in stack]
         commands.append(("EXEC",))
-        replies = await self._run(commands)
+        replies = await self._run(commands, transaction=True)
         queued, exec_reply = replies[1:-1], replies[-1]
         if isinstance(replies[0], RedisError):
             raise replies[0]
