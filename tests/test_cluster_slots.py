@@ -32,6 +32,26 @@ def test_crc16_xmodem_vector() -> None:
     assert crc16(b"") == 0
 
 
+def _crc16_bitwise(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def test_crc16_matches_a_bitwise_reference() -> None:
+    import random
+
+    rng = random.Random(8)
+    for length in range(0, 70):
+        for _ in range(20):
+            data = bytes(rng.randrange(256) for _ in range(length))
+            assert crc16(data) == _crc16_bitwise(data), data
+
+
 @pytest.mark.parametrize(
     ("key", "slot"),
     [

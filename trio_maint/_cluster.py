@@ -476,6 +476,20 @@ class RedisCluster(CommandsMixin[Awaitable[Any]]):
                 raise ClusterDownError("CLUSTERDOWN no master in the slot map")
         return await self._node(masters[0])
 
+    def _master_now(self, slot: int | None) -> _Node | None:
+        """The running node of ``slot``'s master when the map knows it (no await); else
+        ``None`` and the caller goes through :meth:`_route`. Same answer as
+        ``_route(slot, False)`` in that case, which would not have checkpointed either."""
+        if slot is None:
+            return None
+        master = self._map.master(slot)
+        if master is None:
+            return None
+        node = self._nodes.get(master.name)
+        if node is None or node.client is None:
+            return None
+        return node
+
     async def _route(self, slot: int | None, read: bool) -> tuple[_Node, bool]:
         """``(node, is_replica)`` to send a command of ``slot`` to."""
         if slot is None:
@@ -510,6 +524,8 @@ class RedisCluster(CommandsMixin[Awaitable[Any]]):
         while True:
             if ask_node is not None:
                 node, replica = ask_node, False
+            elif not read and (fast := self._master_now(slot)) is not None:
+                node, replica = fast, False
             else:
                 node, replica = await self._route(slot, read)
             client = node.client
@@ -784,8 +800,13 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
         cluster = self._cluster
         groups: dict[str, tuple[_Node, list[int]]] = {}
         for index, slot in enumerate(slots):
-            node, _replica = await cluster._route(slot, False)
-            groups.setdefault(node.name, (node, []))[1].append(index)
+            node = cluster._master_now(slot)
+            if node is None:
+                node, _replica = await cluster._route(slot, False)
+            group = groups.get(node.name)
+            if group is None:
+                groups[node.name] = group = (node, [])
+            group[1].append(index)
         replies: list[Any] = [None] * len(stack)
         retry: list[int] = []
 
