@@ -23,6 +23,7 @@ BENCHMARKS = {
     "maintenance_overhead": "benchmarks.bench_maintenance",
     "handoff_storm": "benchmarks.bench_handoff",
     "memory": "benchmarks.bench_memory",
+    "cluster": "benchmarks.bench_cluster",
 }
 
 

@@ -1,8 +1,9 @@
 """Smoke runs of benchmarks/: each benchmark's ``--smoke`` mode runs and writes well-formed
 JSON. Nothing here is timed: the numbers of a smoke run mean nothing.
 
-redis-py is installed only by ``nox -s bench``; without it the throughput benchmark records
-the comparison as skipped and still measures trio_maint and redis-benchmark.
+redis-py is installed only by ``nox -s bench``; without it the throughput and cluster
+benchmarks record the comparison as skipped and still measure trio_maint (and
+redis-benchmark).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ BENCHMARKS = {
     "maintenance_overhead": "benchmarks.bench_maintenance",
     "handoff_storm": "benchmarks.bench_handoff",
     "memory": "benchmarks.bench_memory",
+    "cluster": "benchmarks.bench_cluster",
 }
 HAVE_REDIS_PY = importlib.util.find_spec("redis") is not None
 
@@ -113,6 +115,21 @@ def check_document(name: str, doc: dict[str, Any]) -> None:
             assert run_["opted_in_before"] == run_["pool_size"]
             assert is_number(run_["rss_mib"]["peak_during_storm"])
             assert run_["commands_total"] > 0
+    elif name == "cluster":
+        assert set(doc["cases"]) == {"seq_get", "pool50_setget", "pipeline100", "pipeline100_set"}
+        for entry in doc["cases"].values():
+            check_summary(entry["trio_maint"])
+            assert entry["trio_maint"]["median"] > 0
+            check_summary(entry["trio_maint"]["cpu_us_per_op"])
+            if HAVE_REDIS_PY:
+                check_summary(entry["redis-py"])
+                check_summary(entry["redis-py"]["cpu_us_per_op"])
+                assert is_number(entry["ratios"]["trio_maint/redis-py"])
+            else:
+                assert "redis-py" not in entry
+                assert entry["ratios"]["trio_maint/redis-py"] is None
+        if not HAVE_REDIS_PY:
+            assert "redis-py" in doc["skipped"]
     elif name == "memory":
         for variant in ("disabled", "enabled"):
             check_summary(doc["results"][variant]["per_1000_mib"])
@@ -126,6 +143,20 @@ def test_smoke(name: str, tmp_path: Path) -> None:
     proc = run([BENCHMARKS[name], "--smoke", "--out", str(out)], tmp_path)
     assert "##" in proc.stdout  # printed its table
     check_document(name, json.loads(out.read_text()))
+
+
+# Without redis-py installed, test_smoke["cluster"] already runs this path.
+@pytest.mark.skipif(not HAVE_REDIS_PY, reason="test_smoke covers it without redis-py")
+def test_cluster_smoke_without_redis_py(tmp_path: Path) -> None:
+    """``--no-redis-py`` measures trio_maint alone and says why redis-py is missing."""
+    out = tmp_path / "cluster.json"
+    run(["benchmarks.bench_cluster", "--smoke", "--no-redis-py", "--out", str(out)], tmp_path)
+    doc = json.loads(out.read_text())
+    assert doc["clients"] == ["trio_maint"]
+    assert doc["skipped"]["redis-py"] == "--no-redis-py"
+    for entry in doc["cases"].values():
+        check_summary(entry["trio_maint"])
+        assert "redis-py" not in entry
 
 
 def test_runner_combines(tmp_path: Path) -> None:
