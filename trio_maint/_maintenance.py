@@ -86,6 +86,10 @@ logger = logging.getLogger("trio_maint.maintenance")
 #: raised (the old endpoint of a move turns read-only just before MOVING is sent).
 READONLY_MOVING_GRACE: Final = 1.0
 
+#: Seconds a new pool connection's dial to a MOVING target may take before the dial falls
+#: back to the configured address (the handoffs themselves use ``handoff_timeout``).
+NEW_ENDPOINT_DIAL_TIMEOUT: Final = 1.0
+
 #: Default capacity of an :meth:`MaintenanceHandler.events` stream.
 DEFAULT_EVENT_BUFFER: Final = 256
 
@@ -695,6 +699,16 @@ class MaintenanceHandler:
             conn.handoff = _Mark(current, self._last_seq)
         return conn
 
+    def _new_endpoint_dial_limit(self) -> float:
+        """Seconds a borrower's dial to a MOVING target may take before it falls back to
+        the configured address: :data:`NEW_ENDPOINT_DIAL_TIMEOUT`, or ``connect_timeout``
+        when that is shorter (a target that accepts but never answers must not hold pool
+        slots for a whole connect timeout)."""
+        configured = self.options.connect_timeout
+        if configured is None:
+            return NEW_ENDPOINT_DIAL_TIMEOUT
+        return min(configured, NEW_ENDPOINT_DIAL_TIMEOUT)
+
     async def _dial(self, target: Endpoint) -> tuple[Connection, Endpoint]:
         if target != self._configured:
             breaker = self.manager.breaker(target) if self.manager is not None else None
@@ -702,8 +716,15 @@ class MaintenanceHandler:
                 target = self._configured  # the new endpoint is failing: stay where we were
             else:
                 conn = self._new_connection(target)
+                limit = self._new_endpoint_dial_limit()
                 try:
-                    await conn.connect()
+                    with trio.move_on_after(limit) as scope:
+                        await conn.connect()
+                    if scope.cancelled_caught:
+                        conn.close_nowait()
+                        raise RedisTimeoutError(
+                            f"connecting to the new endpoint {target} took longer than {limit} s"
+                        )
                 except BaseException as exc:
                     if breaker is not None:
                         if isinstance(exc, ConnectionError | RedisError):
@@ -930,10 +951,13 @@ class MaintenanceHandler:
         # This connection's own copy: mark it (in use, or being checked out).
         if pool.owns(conn):
             self._conn_seq[conn.id] = n.seq_id
-        if self._is_at(conn, endpoint):
-            return
         if manager.is_pending(conn.id):  # read from the old stream during its handoff
+            # Retargeted even when the newer MOVING names where it already is (A -> B ->
+            # A): the handoff to B must not complete.
             self._retarget(manager, conn, endpoint, n.seq_id)
+            return
+        if self._is_at(conn, endpoint):
+            self._clear_stale_mark(conn, n.seq_id)
             return
         mark = conn.handoff
         if isinstance(mark, _Mark) and mark.seq_id >= n.seq_id:
@@ -941,6 +965,14 @@ class MaintenanceHandler:
         if self._blocked(endpoint):
             return  # its breaker is open: stay here rather than fail fast and churn
         conn.handoff = _Mark(endpoint, n.seq_id)
+
+    @staticmethod
+    def _clear_stale_mark(conn: Connection, seq_id: int) -> None:
+        """A newer MOVING names where ``conn`` already is: forget an older mark (it must
+        not be handed off to the previous target when released)."""
+        mark = conn.handoff
+        if isinstance(mark, _Mark) and mark.seq_id < seq_id:
+            conn.handoff = None
 
     def _retarget(
         self, manager: HandoffManager[Connection], conn: Connection, endpoint: Endpoint, seq: int
@@ -968,16 +1000,20 @@ class MaintenanceHandler:
             if other is exclude:
                 continue
             self._conn_seq[other.id] = seq_id
-            if other.id in idle_ids or self._is_at(other, endpoint):
+            if other.id in idle_ids:
                 continue
             if manager.is_pending(other.id):
                 self._retarget(manager, other, endpoint, seq_id)
+                continue
+            if self._is_at(other, endpoint):
+                self._clear_stale_mark(other, seq_id)
                 continue
             mark = other.handoff
             if not (isinstance(mark, _Mark) and mark.seq_id >= seq_id):
                 other.handoff = _Mark(endpoint, seq_id)
         for other in idle:
             if other is exclude or self._is_at(other, endpoint):
+                self._clear_stale_mark(other, seq_id)
                 pool.give_back(other)
                 continue
             other.handoff = _Mark(endpoint, seq_id)

@@ -125,6 +125,9 @@ class ConnectionPool:
         self._in_use = 0
         self._borrow = trio.Semaphore(pool_size)
         self._active = trio.Semaphore(max_active_conns) if max_active_conns else None
+        # Borrowers waiting at max_active_conns wake when a connection goes idle or closes.
+        self._changed = trio.Event()
+        self._change_waiters = 0
         self._closed = False
         self._hits = self._misses = self._timeouts = 0
         self._stale = self._created = self._removed = 0
@@ -197,7 +200,36 @@ class ConnectionPool:
         self._in_use += 1
         return conn
 
+    async def _wait_for_change(self, deadline: float) -> None:
+        self._change_waiters += 1
+        try:
+            with trio.move_on_at(deadline) as scope:
+                await self._changed.wait()
+        finally:
+            self._change_waiters -= 1
+        if scope.cancelled_caught:
+            self._timeouts += 1
+            raise PoolTimeoutError(
+                f"max_active_conns={self.max_active_conns} connections are open and none "
+                f"became free within {self.pool_timeout} s"
+            )
+
+    def _notify_change(self) -> None:
+        if self._change_waiters:
+            changed, self._changed = self._changed, trio.Event()
+            changed.set()
+
     async def _checkout(self) -> Connection:
+        timeout = self.pool_timeout
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        while True:
+            conn = await self._checkout_once(deadline)
+            if conn is not None:
+                return conn
+
+    async def _checkout_once(self, deadline: float) -> Connection | None:
+        """An idle connection or a new one; ``None`` after waiting at max_active_conns
+        (the caller tries again)."""
         idle = self._idle
         max_idle = self.conn_max_idle_time
         while idle:
@@ -228,9 +260,18 @@ class ConnectionPool:
                 return conn
             if verdict is Disposition.REMOVE:
                 self._remove(conn, "refused by a pool hook")
-        # No idle connection: dial a new one.
+        # No idle connection: dial a new one, if max_active_conns allows.
         await trio.lowlevel.checkpoint_if_cancelled()
-        conn = await self._new_connection()
+        active = self._active
+        if active is not None:
+            try:
+                active.acquire_nowait()
+            except trio.WouldBlock:
+                # At the cap: wait until a connection goes idle (then take it) or closes
+                # (then dial), within what is left of pool_timeout.
+                await self._wait_for_change(deadline)
+                return None
+        conn = await self._new_connection(holding_active=True)
         verdict = self._run_get_hooks(conn, is_new=True)
         if verdict is not Disposition.KEEP:
             if verdict is Disposition.REMOVE:
@@ -239,18 +280,13 @@ class ConnectionPool:
         self._misses += 1
         return conn
 
-    async def _new_connection(self) -> Connection:
+    async def _new_connection(self, *, holding_active: bool = False) -> Connection:
+        """Dial a connection. With ``max_active_conns``, the caller either holds an
+        ``_active`` token already (``holding_active``) or one is taken here without
+        waiting (:class:`trio.WouldBlock` when none is free)."""
         active = self._active
-        if active is not None:
-            timeout = self.pool_timeout
-            with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
-                await active.acquire()
-            if scope.cancelled_caught:
-                self._timeouts += 1
-                raise PoolTimeoutError(
-                    f"max_active_conns={self.max_active_conns} connections are open and "
-                    f"none was released within {timeout} s"
-                )
+        if active is not None and not holding_active:
+            active.acquire_nowait()
         try:
             conn = await self.dial()
         except BaseException:
@@ -305,6 +341,7 @@ class ConnectionPool:
             self._remove(conn, "idle list full")
         else:
             self._idle.append(conn)
+            self._notify_change()
 
     @trio.lowlevel.enable_ki_protection
     def give_back(self, conn: Connection) -> None:
@@ -357,6 +394,7 @@ class ConnectionPool:
         self._removed += 1
         if self._active is not None:
             self._active.release()
+            self._notify_change()
         logger.debug("connection %d removed: %s", conn.id, reason)
         for hook in self.hooks:
             try:
@@ -388,6 +426,8 @@ class ConnectionPool:
             ):
                 try:
                     conn = await self._new_connection()
+                except trio.WouldBlock:
+                    break  # max_active_conns reached
                 except Exception as exc:
                     logger.warning("could not open a min_idle_conns connection: %s", exc)
                     break
