@@ -86,10 +86,6 @@ logger = logging.getLogger("trio_maint.maintenance")
 #: raised (the old endpoint of a move turns read-only just before MOVING is sent).
 READONLY_MOVING_GRACE: Final = 1.0
 
-#: Seconds a new pool connection's dial to a MOVING target may take before the dial falls
-#: back to the configured address (the handoffs themselves use ``handoff_timeout``).
-NEW_ENDPOINT_DIAL_TIMEOUT: Final = 1.0
-
 #: Default capacity of an :meth:`MaintenanceHandler.events` stream.
 DEFAULT_EVENT_BUFFER: Final = 256
 
@@ -699,16 +695,6 @@ class MaintenanceHandler:
             conn.handoff = _Mark(current, self._last_seq)
         return conn
 
-    def _new_endpoint_dial_limit(self) -> float:
-        """Seconds a borrower's dial to a MOVING target may take before it falls back to
-        the configured address: :data:`NEW_ENDPOINT_DIAL_TIMEOUT`, or ``connect_timeout``
-        when that is shorter (a target that accepts but never answers must not hold pool
-        slots for a whole connect timeout)."""
-        configured = self.options.connect_timeout
-        if configured is None:
-            return NEW_ENDPOINT_DIAL_TIMEOUT
-        return min(configured, NEW_ENDPOINT_DIAL_TIMEOUT)
-
     async def _dial(self, target: Endpoint) -> tuple[Connection, Endpoint]:
         if target != self._configured:
             breaker = self.manager.breaker(target) if self.manager is not None else None
@@ -716,15 +702,8 @@ class MaintenanceHandler:
                 target = self._configured  # the new endpoint is failing: stay where we were
             else:
                 conn = self._new_connection(target)
-                limit = self._new_endpoint_dial_limit()
                 try:
-                    with trio.move_on_after(limit) as scope:
-                        await conn.connect()
-                    if scope.cancelled_caught:
-                        conn.close_nowait()
-                        raise RedisTimeoutError(
-                            f"connecting to the new endpoint {target} took longer than {limit} s"
-                        )
+                    await conn.connect()
                 except BaseException as exc:
                     if breaker is not None:
                         if isinstance(exc, ConnectionError | RedisError):
