@@ -331,6 +331,7 @@ class LoggingHook:
         }
 
     def pre(self, conn: Connection, notification: Notification) -> bool:
+        """Log "processing notification started" at ``level``; never drops (``True``)."""
         self.logger.log(
             self.level,
             "processing notification started: conn[%d] %s seq=%s",
@@ -344,6 +345,7 @@ class LoggingHook:
     def post(
         self, conn: Connection, notification: Notification, error: BaseException | None
     ) -> None:
+        """Log the outcome: WARNING with ``error`` when handling failed, else DEBUG."""
         if error is not None:
             self.logger.warning(
                 "processing notification failed: conn[%d] %s: %r",
@@ -448,6 +450,8 @@ class MetricsHook:
         self._started: tuple[int, float] | None = None
 
     def pre(self, conn: Connection, notification: Notification) -> bool:
+        """Count the notification by name and start its processing timer; never drops
+        (``True``)."""
         self.notification_counts[notification.NAME] += 1
         self._started = (id(notification), time.perf_counter())
         return True
@@ -455,6 +459,8 @@ class MetricsHook:
     def post(
         self, conn: Connection, notification: Notification, error: BaseException | None
     ) -> None:
+        """Record the processing time (seconds, ``float``) in ``processing_times[name]``
+        and count an ``error`` in ``error_counts``."""
         started, self._started = self._started, None
         if started is not None and started[0] == id(notification):
             histogram = self.processing_times.get(notification.NAME)
@@ -465,6 +471,8 @@ class MetricsHook:
             self.error_counts[notification.NAME] += 1
 
     def on_event(self, event: MaintenanceEvent) -> None:
+        """Count handoffs queued / succeeded / failed (with the failure's error type) and
+        record each success's latency (seconds) in ``handoff_latency``."""
         if isinstance(event, HandoffQueued):
             self.handoffs_queued += 1
         elif isinstance(event, HandoffSucceeded):
