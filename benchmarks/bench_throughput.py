@@ -72,40 +72,47 @@ async def _timed_tasks(ntasks: int, duration: float, body: Callable[[], Awaitabl
     return _sample(done, start, cpu)
 
 
+def _case_body(r: Any, case: str) -> Callable[[], Awaitable[int]]:
+    """One operation of ``case`` on ``r`` (a trio_maint or a redis-py asyncio client: the
+    calls used are the same); the returned coroutine function gives the commands it ran."""
+
+    async def seq_get() -> int:
+        await r.get(KEY)
+        return 1
+
+    async def setget() -> int:
+        await r.set(KEY, VALUE)
+        await r.get(KEY)
+        return 2
+
+    async def pipeline100() -> int:
+        pipe = r.pipeline(transaction=False)
+        for _ in range(100):
+            pipe.get(KEY)
+        await pipe.execute()
+        return 100
+
+    async def multi10() -> int:
+        pipe = r.pipeline(transaction=True)
+        for _ in range(10):
+            pipe.set(KEY, VALUE)
+        await pipe.execute()
+        return 10
+
+    bodies: dict[str, Callable[[], Awaitable[int]]] = {
+        "seq_get": seq_get,
+        "pool50_setget": setget,
+        "pipeline100": pipeline100,
+        "multi10": multi10,
+    }
+    return bodies[case]
+
+
 async def _trio_maint_case(url: str, case: str, duration: float) -> Sample:
     ntasks = TASKS if case == "pool50_setget" else 1
     async with trio_maint.open_redis(url, pool_size=ntasks, maintenance=_disabled()) as r:
         await r.set(KEY, VALUE)
-
-        async def seq_get() -> int:
-            await r.get(KEY)
-            return 1
-
-        async def setget() -> int:
-            await r.set(KEY, VALUE)
-            await r.get(KEY)
-            return 2
-
-        async def pipeline100() -> int:
-            pipe = r.pipeline(transaction=False)
-            for _ in range(100):
-                pipe.get(KEY)
-            await pipe.execute()
-            return 100
-
-        async def multi10() -> int:
-            pipe = r.pipeline(transaction=True)
-            for _ in range(10):
-                pipe.set(KEY, VALUE)
-            await pipe.execute()
-            return 10
-
-        body = {
-            "seq_get": seq_get,
-            "pool50_setget": setget,
-            "pipeline100": pipeline100,
-            "multi10": multi10,
-        }[case]
+        body = _case_body(r, case)
         await _timed_tasks(ntasks, min(0.2, duration), body)  # warm-up: dial, caches
         return await _timed_tasks(ntasks, duration, body)
 
@@ -141,36 +148,7 @@ async def _redis_py_case(host: str, port: int, case: str, duration: float) -> Sa
     r = aioredis.Redis(connection_pool=pool)
     try:
         await r.set(KEY, VALUE)
-
-        async def seq_get() -> int:
-            await r.get(KEY)
-            return 1
-
-        async def setget() -> int:
-            await r.set(KEY, VALUE)
-            await r.get(KEY)
-            return 2
-
-        async def pipeline100() -> int:
-            pipe = r.pipeline(transaction=False)
-            for _ in range(100):
-                pipe.get(KEY)
-            await pipe.execute()
-            return 100
-
-        async def multi10() -> int:
-            pipe = r.pipeline(transaction=True)
-            for _ in range(10):
-                pipe.set(KEY, VALUE)
-            await pipe.execute()
-            return 10
-
-        body = {
-            "seq_get": seq_get,
-            "pool50_setget": setget,
-            "pipeline100": pipeline100,
-            "multi10": multi10,
-        }[case]
+        body = _case_body(r, case)
 
         async def run(seconds: float) -> Sample:
             done = 0
