@@ -335,3 +335,44 @@ async def test_push_handler_failure_is_logged_not_raised(
     with caplog.at_level(logging.ERROR, logger="trio_maint.connection"):
         assert await r.execute_command("ECHO", "still-mine") == b"still-mine"
     assert "push handler failed" in caplog.text
+
+
+async def test_pipeline_path_hands_push_frames_on_and_stops_at_its_last_reply() -> None:
+    seen: list[Any] = []
+    conn = Connection(ClientOptions(), push_handler=lambda c, frame: seen.append(list(frame)))
+    push = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"
+    conn._parser.feed(push + b"+a\r\n" + push + push + b":2\r\n+b\r\n" + push + b"+next\r\n")
+    replies: list[Any] = []
+    assert conn._take_replies(replies, 3) is True
+    assert replies == [b"a", 2, b"b"]
+    assert seen == [[b"invalidate", [b"k"]]] * 3
+    # The push after the third reply, and the next command's reply, are left buffered.
+    replies = []
+    assert conn._take_replies(replies, 1) is True
+    assert replies == [b"next"]
+    assert len(seen) == 4
+    assert conn._take_replies(replies, 1) is False  # already complete: nothing taken
+
+
+async def test_pipeline_replies_stay_in_order_with_push_frames_among_them(
+    r: trio_maint.Redis,
+) -> None:
+    await r.ping()
+    [conn] = r.pool.connections
+    seen: list[Any] = []
+    conn.push_handler = lambda c, frame: seen.append(list(frame))
+    await r.execute_command("CLIENT", "TRACKING", "ON")
+    keys = [f"pipe-track-{i}" for i in range(50)]
+    async with r.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.get(key)
+        await pipe.execute()
+    async with r.pipeline(transaction=False) as pipe:
+        # Each SET invalidates a key this connection tracks: the server sends an
+        # invalidation push ahead of each SET's reply, in the middle of the pipeline.
+        for i, key in enumerate(keys):
+            pipe.set(key, i)
+            pipe.get(key)
+        replies = await pipe.execute()
+    assert replies == [v for i in range(50) for v in (True, str(i).encode())]
+    assert sorted(k for frame in seen for k in frame[1]) == sorted(k.encode() for k in keys)

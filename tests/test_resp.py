@@ -210,3 +210,81 @@ def test_bar_after_a_consumed_type_byte_is_data() -> None:
     parser.feed(b"$3\r\n")
     parser.feed(b"|xy\r\n")
     assert parser.next_reply() == b"|xy"
+
+
+# ------------------------------------------------------- the batch path (pipelines)
+
+
+def test_take_replies_stops_at_the_limit_and_leaves_the_rest() -> None:
+    parser = RespParser()
+    parser.feed(b"+a\r\n:1\r\n$1\r\nb\r\n+c")
+    out: list[Any] = [b"earlier"]
+    assert parser.take_replies(out, 2) is False
+    assert out == [b"earlier", b"a", 1]
+    assert parser.take_replies(out, 10) is False
+    assert out == [b"earlier", b"a", 1, b"b"]  # "+c" is incomplete: left buffered
+    parser.feed(b"\r\n")
+    assert parser.next_reply() == b"c"
+    assert parser.take_replies(out, 0) is False
+    assert parser.take_replies(out, -1) is False
+    assert len(out) == 4
+
+
+def test_take_replies_says_when_push_frames_may_be_among_them() -> None:
+    parser = RespParser()
+    parser.feed(b"+a\r\n")
+    out: list[Any] = []
+    assert parser.take_replies(out, 5) is False
+    parser.feed(b">2\r\n+invalidate\r\n*0\r\n+b\r\n")
+    assert parser.take_replies(out, 5) is True
+    assert [type(v) for v in out] == [bytes, PushNotification, bytes]
+    # A '>' inside a value also sets it (conservative), and it stays set: hiredis does
+    # not show whether a push frame is in progress.
+    parser = RespParser()
+    parser.feed(b"$3\r\na>b\r\n")
+    assert parser.take_replies(out, 5) is True
+    parser.feed(b"+c\r\n")
+    assert parser.take_replies(out, 5) is True
+
+
+def test_take_replies_puts_a_data_error_in_place_of_an_undecodable_reply() -> None:
+    parser = RespParser("utf-8")
+    parser.feed(b"+one\r\n$2\r\n\xff\xfe\r\n+two\r\n+three\r\n")
+    out: list[Any] = []
+    assert parser.take_replies(out, 3) is False
+    assert out[0] == "one" and out[2] == "two"
+    assert isinstance(out[1], DataError)
+    assert parser.take_replies(out, 3) is False
+    assert out[3:] == ["three"]
+
+
+def test_take_replies_keeps_what_came_before_a_malformed_frame() -> None:
+    parser = RespParser()
+    parser.feed(b"+a\r\n:2\r\n?bad\r\n+b\r\n")
+    out: list[Any] = []
+    with pytest.raises(ProtocolError):
+        parser.take_replies(out, 10)
+    assert out == [b"a", 2]
+    assert parser.broken
+    with pytest.raises(ProtocolError):
+        parser.take_replies(out, 10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(values, min_size=1, max_size=8), st.data())
+def test_take_replies_parses_like_next_reply(frames: list[Any], data: st.DataObject) -> None:
+    wire = b"".join(w for w, _ in frames)
+    whole = [normalise(v) for v in parse_all(wire)]
+    cuts = sorted(data.draw(st.sets(st.integers(0, len(wire)), max_size=12)))
+    parser = RespParser()
+    got: list[Any] = []
+    last = 0
+    for cut in [*cuts, len(wire)]:
+        parser.feed(wire[last:cut])
+        last = cut
+        while True:
+            before = len(got)
+            parser.take_replies(got, data.draw(st.integers(1, 4)))
+            if len(got) == before:
+                break
+    assert [normalise(v) for v in got] == whole

@@ -401,17 +401,16 @@ class Connection:
         self._sending = self._receiving = True
         try:
             await self._send(stream, data, configured, reply_follows=True)
-            # Replies already buffered are taken synchronously (no coroutine per reply);
-            # _read_reply waits for the rest and dispatches push frames.
             count = len(commands)
             replies: list[RespValue] = []
-            append = replies.append
-            next_parsed = self._next_parsed
+            pushed = self._take_replies(replies, count)
+            deadline = _INF
             while len(replies) < count:
-                reply = next_parsed()
-                if reply is NEED_DATA or reply.__class__ is PushNotification:
-                    reply = await self._read_reply(configured, reply)
-                append(reply)
+                if pushed or deadline == _INF:
+                    # A push frame re-arms the deadline, and its relaxation applies now.
+                    deadline = self._deadline(configured)
+                await self._receive(deadline)
+                pushed = self._take_replies(replies, count)
             return replies
         except BaseException:
             self.broken = True
@@ -547,6 +546,38 @@ class Connection:
             return DataError(f"reply could not be decoded as {self.options.encoding}: {exc}")
         except Exception as exc:
             raise parser.failure(exc)  # failure() chains the cause
+
+    def _take_replies(self, replies: list[RespValue], count: int) -> bool:
+        """Append whole replies buffered to ``replies`` until it holds ``count`` (a
+        pipeline's path: one batch call into hiredis, see :meth:`RespParser.take_replies`),
+        handing push frames among them to ``push_handler`` instead. Never takes a byte
+        past the ``count``-th reply. Returns whether a push frame was handed on."""
+        pushed = False
+        while True:
+            start = len(replies)
+            wanted = count - start
+            if wanted <= 0 or not self._parser.take_replies(replies, wanted):
+                return pushed
+            taken = replies[start:]
+            types = list(map(type, taken))
+            try:
+                index = types.index(PushNotification)
+            except ValueError:
+                return pushed
+            # Take the push frames out (list.index and slices: no Python step per reply).
+            del replies[start + index :]
+            while True:
+                self.dispatch_push(taken[index])
+                pos = index + 1
+                try:
+                    index = types.index(PushNotification, pos)
+                except ValueError:
+                    replies.extend(taken[pos:])
+                    break
+                replies.extend(taken[pos:index])
+            pushed = True
+            if len(taken) < wanted:  # the buffer is drained
+                return pushed
 
     async def _read_reply(self, configured: float | None, reply: RespValue = UNSET) -> RespValue:
         """The next reply, waiting for it; ``reply``: what the caller just parsed (default:

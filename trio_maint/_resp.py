@@ -9,6 +9,7 @@ Replies are parsed by :class:`RespParser`, a thin typed wrapper around
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
 from typing import Any, Final, TypeAlias
 
 import hiredis
@@ -100,7 +101,7 @@ class RespParser:
         ``"utf-8"`` to get ``str`` (``decode_responses``).
     """
 
-    __slots__ = ("_at_line_end", "_gets", "_reader", "broken", "encoding")
+    __slots__ = ("_at_line_end", "_gets", "_reader", "broken", "encoding", "push_seen")
 
     def __init__(self, encoding: str | None = None) -> None:
         self.encoding = encoding
@@ -121,6 +122,11 @@ class RespParser:
         # whenever hiredis holds nothing unconsumed (hiredis consumes the type byte of a
         # partial line reply, so a chunk boundary right after it must not be mistaken).
         self._at_line_end = True
+        #: False until a ``>`` byte has been fed. Every push frame starts with ``>``, so
+        #: while this is False no reply returned can be a push frame (see
+        #: :meth:`take_replies`). Never reset: hiredis does not show whether a frame is in
+        #: progress, so no later point is known to be past every push frame fed.
+        self.push_seen = False
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes to the parser's buffer.
@@ -140,6 +146,8 @@ class RespParser:
                 )
             )
         self._at_line_end = data[-1] == 0x0A
+        if not self.push_seen and (type(data) is memoryview or b">" in data):
+            self.push_seen = True
         self._reader.feed(data)  # type: ignore[arg-type]
 
     def next_reply(self) -> RespValue:
@@ -156,6 +164,38 @@ class RespParser:
             raise
         except Exception as exc:  # hiredis fatal states (TypeError on unhashable keys, ...)
             raise self.failure(exc)  # failure() chains the cause
+
+    def take_replies(self, out: list[RespValue], limit: int) -> bool:
+        """Append up to ``limit`` whole replies buffered to ``out``, in order (push frames
+        included, and counted), and return whether push frames may be among them.
+
+        The batch form of :meth:`next_reply` for pipelines: hiredis is called from C
+        (``list.extend`` over ``iter(gets, NEED_DATA)``), with no Python frame per reply.
+        When it returns ``False`` nothing appended is a :class:`PushNotification` (no
+        ``>`` byte has ever been fed); when ``True``, the caller must look at the types.
+
+        :param out: the list to append to (``list`` of :data:`RespValue`).
+        :param limit: the most replies to take (``int``; ``<= 0`` takes none).
+        :returns: ``bool`` — ``push_seen`` as it was when the replies were taken.
+        :raises ProtocolError: as :meth:`next_reply`; replies taken before the malformed
+            one are already in ``out``, and the parser is broken.
+
+        A string that does not decode with ``encoding`` is appended as a
+        :class:`DataError` value in its reply's place (hiredis skips that reply whole, so
+        the stream stays in sync), and taking goes on.
+        """
+        stop = len(out) + limit
+        while True:
+            limit = stop - len(out)
+            if limit <= 0:
+                return self.push_seen
+            try:
+                out.extend(islice(iter(self._gets, NEED_DATA), limit))
+                return self.push_seen
+            except UnicodeDecodeError as exc:
+                out.append(DataError(f"reply could not be decoded as {self.encoding}: {exc}"))
+            except Exception as exc:  # hiredis fatal states
+                raise self.failure(exc)  # failure() chains the cause
 
     def failure(self, exc: Exception) -> ProtocolError:
         """Mark the parser broken after ``exc`` (anything but ``UnicodeDecodeError``) came
