@@ -192,6 +192,27 @@ async def test_public_async_methods_checkpoint(redis_url: str) -> None:
             await r.pool.connections[0].aclose()
 
 
+async def test_acquire_for_reply_is_a_cancel_point_and_commands_still_checkpoint(
+    redis_url: str,
+) -> None:
+    async with trio_maint.open_redis(redis_url) as r:
+        await r.ping()  # warm: the next acquire is a pool hit
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await r.pool.acquire_for_reply()
+        assert scope.cancelled_caught
+        assert r.pool.stats().idle == 1 and r.pool.stats().in_use == 0
+        # The commands built on it are whole checkpoints: the reply's wait schedules.
+        with trio.testing.assert_checkpoints():
+            await r.get("acquire-for-reply")
+        async with r.pipeline(transaction=False) as p:
+            p.get("acquire-for-reply")
+            with trio.testing.assert_checkpoints():
+                await p.execute()
+        with trio.testing.assert_checkpoints():
+            await r.execute_command("ECHO", "x")
+
+
 async def test_stats_shape(redis_url: str) -> None:
     async with trio_maint.open_redis(redis_url) as r:
         await r.ping()

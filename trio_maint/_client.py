@@ -76,7 +76,7 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         :raises PoolTimeoutError: no connection became free within ``pool_timeout``.
         """
         pool = self.pool
-        conn = await pool.acquire()
+        conn = await pool.acquire_for_reply()
         try:
             reply = await conn.execute(args, timeout=timeout)  # type: ignore[arg-type]
         finally:
@@ -95,7 +95,7 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         timeout: float | object | None = ...,
     ) -> Any:
         pool = self.pool
-        conn = await pool.acquire()
+        conn = await pool.acquire_for_reply()
         try:
             reply = await conn.execute(args, timeout=UNSET if timeout is ... else timeout)  # type: ignore[arg-type]
         finally:

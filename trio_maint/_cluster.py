@@ -534,7 +534,7 @@ class RedisCluster(CommandsMixin[Awaitable[Any]]):
             reply: Any
             conn: Connection | None = None
             try:
-                conn = await pool.acquire()
+                conn = await pool.acquire_for_reply()
                 if ask_node is not None:
                     replies = await conn.execute_many([("ASKING",), args], timeout=timeout)  # type: ignore[arg-type]
                     reply = replies[0] if isinstance(replies[0], RedisError) else replies[1]
@@ -814,7 +814,7 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
             assert node.client is not None
             pool = node.client.pool
             try:
-                conn = await pool.acquire()
+                conn = await pool.acquire_for_reply()
                 try:
                     got = await conn.execute_many([stack[i][0] for i in indexes])
                 finally:
@@ -866,7 +866,7 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
             ask_node = None
             assert node.client is not None
             pool = node.client.pool
-            conn = await pool.acquire()
+            conn = await pool.acquire_for_reply()
             try:
                 got = await conn.execute_many(to_send)
             finally:

@@ -670,10 +670,13 @@ class Connection:
         poller.register(self._fileno, select.POLLIN)
         return bool(poller.poll(0))
 
-    async def check_idle(self) -> bool:
+    async def check_idle(self, *, schedule: bool = True) -> bool:
         """The pool's health check before reuse: drain push frames that arrived while
         idle and notice a closed or broken socket. Always checkpoints.
 
+        :param schedule: ``False``: when nothing arrived (the common case) it is only a
+            cancel point (``checkpoint_if_cancelled``), for a caller whose next step is a
+            schedule point anyway (see :meth:`ConnectionPool.acquire_for_reply`).
         :returns: ``True`` when the connection can be used, ``False`` when it must be
             discarded (then it is marked broken).
         """
@@ -681,7 +684,10 @@ class Connection:
             await trio.lowlevel.checkpoint()
             return False
         if not self._readable() and not self._parser.has_data():
-            await trio.lowlevel.checkpoint()
+            if schedule:
+                await trio.lowlevel.checkpoint()
+            else:
+                await trio.lowlevel.checkpoint_if_cancelled()
             return True
         self._receiving = True
         try:

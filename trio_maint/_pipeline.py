@@ -175,7 +175,7 @@ class Pipeline(CommandsMixin["Pipeline"]):
         if self._conn is not None:
             return await self._conn.execute_many(commands)
         pool = self._client.pool
-        conn = await pool.acquire()
+        conn = await pool.acquire_for_reply()
         try:
             replies = await conn.execute_many(commands)
         finally:
