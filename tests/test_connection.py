@@ -352,6 +352,10 @@ async def test_pipeline_path_hands_push_frames_on_and_stops_at_its_last_reply() 
     assert replies == [b"next"]
     assert len(seen) == 4
     assert conn._take_replies(replies, 1) is False  # already complete: nothing taken
+    # Every push frame fed was handed on: the next batch is not looked at type by type.
+    assert conn._parser.push_credit == 0
+    conn._parser.feed(b"+x\r\n")
+    assert conn._parser.take_replies([], 1) is False
 
 
 async def test_pipeline_replies_stay_in_order_with_push_frames_among_them(

@@ -235,15 +235,22 @@ def test_take_replies_says_when_push_frames_may_be_among_them() -> None:
     parser.feed(b"+a\r\n")
     out: list[Any] = []
     assert parser.take_replies(out, 5) is False
-    parser.feed(b">2\r\n+invalidate\r\n*0\r\n+b\r\n")
+    parser.feed(b">2\r\n+invalidate\r\n*0\r\n+b\r\n>1\r\n+x")
     assert parser.take_replies(out, 5) is True
     assert [type(v) for v in out] == [bytes, PushNotification, bytes]
-    # A '>' inside a value also sets it (conservative), and it stays set: hiredis does
-    # not show whether a push frame is in progress.
-    parser = RespParser()
+    parser.pushes_taken(1)
+    # The second push frame is incomplete: its '>' is still owed.
+    assert parser.take_replies(out, 5) is True
+    parser.feed(b"\r\n+c\r\n")
+    assert parser.take_replies(out, 5) is True
+    assert type(out[3]) is PushNotification and out[4] == b"c"
+    parser.pushes_taken(1)
+    parser.feed(b"+d\r\n")
+    assert parser.take_replies(out, 5) is False  # every '>' is accounted for again
+    # A '>' inside a value counts too, and is never taken back (conservative).
     parser.feed(b"$3\r\na>b\r\n")
     assert parser.take_replies(out, 5) is True
-    parser.feed(b"+c\r\n")
+    parser.feed(b"+e\r\n")
     assert parser.take_replies(out, 5) is True
 
 
@@ -288,3 +295,17 @@ def test_take_replies_parses_like_next_reply(frames: list[Any], data: st.DataObj
             if len(got) == before:
                 break
     assert [normalise(v) for v in got] == whole
+
+
+def test_a_big_chunk_holding_a_gt_byte_keeps_types_looked_at() -> None:
+    parser = RespParser()
+    big = b"$5000\r\n" + b"x" * 5000 + b"\r\n"
+    parser.feed(big + b">1\r\n+ping\r\n")
+    out: list[Any] = []
+    assert parser.take_replies(out, 5) is True
+    assert type(out[1]) is PushNotification
+    parser.pushes_taken(1)
+    # Not counted byte by byte (too slow for big values): an upper bound stays owed.
+    assert parser.push_credit > 0
+    parser.feed(b"+a\r\n")
+    assert parser.take_replies(out, 5) is True

@@ -567,6 +567,7 @@ class Connection:
             # Take the push frames out (list.index and slices: no Python step per reply).
             del replies[start + index :]
             while True:
+                self._parser.pushes_taken(1)
                 self.dispatch_push(taken[index])
                 pos = index + 1
                 try:
@@ -591,6 +592,7 @@ class Connection:
             if reply is NEED_DATA:
                 await self._receive(deadline)
             elif reply.__class__ is PushNotification:
+                self._parser.pushes_taken(1)
                 self.dispatch_push(reply)
                 # A push frame re-arms the reply's deadline, and its relaxation applies now.
                 deadline = self._deadline(configured)
@@ -702,6 +704,7 @@ class Connection:
                     await self._receive(deadline)
                     continue
                 if reply.__class__ is PushNotification:
+                    self._parser.pushes_taken(1)
                     self.dispatch_push(reply)
                     continue
                 raise ProtocolError(f"unexpected reply on an idle connection: {reply!r:.200}")

@@ -101,7 +101,7 @@ class RespParser:
         ``"utf-8"`` to get ``str`` (``decode_responses``).
     """
 
-    __slots__ = ("_at_line_end", "_gets", "_reader", "broken", "encoding", "push_seen")
+    __slots__ = ("_at_line_end", "_gets", "_reader", "broken", "encoding", "push_credit")
 
     def __init__(self, encoding: str | None = None) -> None:
         self.encoding = encoding
@@ -122,11 +122,12 @@ class RespParser:
         # whenever hiredis holds nothing unconsumed (hiredis consumes the type byte of a
         # partial line reply, so a chunk boundary right after it must not be mistaken).
         self._at_line_end = True
-        #: False until a ``>`` byte has been fed. Every push frame starts with ``>``, so
-        #: while this is False no reply returned can be a push frame (see
-        #: :meth:`take_replies`). Never reset: hiredis does not show whether a frame is in
-        #: progress, so no later point is known to be past every push frame fed.
-        self.push_seen = False
+        #: How many push frames may still come out: the ``>`` bytes fed, less the push
+        #: frames the owner has reported with :meth:`pushes_taken`. Every push frame
+        #: starts with its own ``>`` byte, so while this is 0 no reply about to be returned
+        #: is a push frame (see :meth:`take_replies`). A ``>`` inside a value counts too,
+        #: and is never taken back (conservative).
+        self.push_credit = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes to the parser's buffer.
@@ -146,8 +147,14 @@ class RespParser:
                 )
             )
         self._at_line_end = data[-1] == 0x0A
-        if not self.push_seen and (type(data) is memoryview or b">" in data):
-            self.push_seen = True
+        # ``b">" in data`` is a memchr: the common case, no '>', costs next to nothing.
+        # Counting is linear (~0.25 ns a byte), so a big chunk holding a '>' (a value of
+        # HTML, say) adds its length instead: an upper bound, which keeps take_replies
+        # looking at types on this connection from then on, but costs nothing per byte.
+        if type(data) is memoryview:
+            self.push_credit += len(data)
+        elif b">" in data:
+            self.push_credit += data.count(b">") if len(data) <= 4096 else len(data)
         self._reader.feed(data)  # type: ignore[arg-type]
 
     def next_reply(self) -> RespValue:
@@ -171,12 +178,13 @@ class RespParser:
 
         The batch form of :meth:`next_reply` for pipelines: hiredis is called from C
         (``list.extend`` over ``iter(gets, NEED_DATA)``), with no Python frame per reply.
-        When it returns ``False`` nothing appended is a :class:`PushNotification` (no
-        ``>`` byte has ever been fed); when ``True``, the caller must look at the types.
+        When it returns ``False`` nothing appended is a :class:`PushNotification` (every
+        ``>`` byte fed was a push frame already reported with :meth:`pushes_taken`); when
+        ``True``, the caller must look at the types, and report the push frames it finds.
 
         :param out: the list to append to (``list`` of :data:`RespValue`).
         :param limit: the most replies to take (``int``; ``<= 0`` takes none).
-        :returns: ``bool`` — ``push_seen`` as it was when the replies were taken.
+        :returns: ``bool`` — whether ``push_credit`` was above 0.
         :raises ProtocolError: as :meth:`next_reply`; replies taken before the malformed
             one are already in ``out``, and the parser is broken.
 
@@ -188,14 +196,21 @@ class RespParser:
         while True:
             limit = stop - len(out)
             if limit <= 0:
-                return self.push_seen
+                return self.push_credit > 0
             try:
                 out.extend(islice(iter(self._gets, NEED_DATA), limit))
-                return self.push_seen
+                return self.push_credit > 0
             except UnicodeDecodeError as exc:
                 out.append(DataError(f"reply could not be decoded as {self.encoding}: {exc}"))
             except Exception as exc:  # hiredis fatal states
                 raise self.failure(exc)  # failure() chains the cause
+
+    def pushes_taken(self, count: int) -> None:
+        """Report ``count`` (``int``) push frames that this parser returned (by any method)
+        and the owner has handed on, so that :meth:`take_replies` can skip looking at
+        types again once every ``>`` byte fed is accounted for. Only frames this parser
+        returned may be reported (reporting others could hide a push frame)."""
+        self.push_credit -= count
 
     def failure(self, exc: Exception) -> ProtocolError:
         """Mark the parser broken after ``exc`` (anything but ``UnicodeDecodeError``) came
