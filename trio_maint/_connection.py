@@ -371,7 +371,11 @@ class Connection:
         :raises ConnectionBusyError: another task is using this connection.
         :raises ConnectionError, TimeoutError, ProtocolError: the connection is then broken.
         """
-        data = encode_command(args)
+        try:
+            data = encode_command(args)
+        except DataError:
+            await _unsent_checkpoint()
+            raise
         stream = self._begin()
         configured = self._configured_timeout(timeout)
         self._sending = self._receiving = True
@@ -395,7 +399,11 @@ class Connection:
 
         :raises: as :meth:`execute`.
         """
-        data = b"".join([encode_command(args) for args in commands])
+        try:
+            data = b"".join([encode_command(args) for args in commands])
+        except DataError:
+            await _unsent_checkpoint()
+            raise
         stream = self._begin()
         configured = self._configured_timeout(timeout)
         self._sending = self._receiving = True
@@ -530,10 +538,13 @@ class Connection:
         except RedisError:
             raise
         except (trio.BrokenResourceError, OSError) as exc:
+            # The fast path's failed write was no schedule point (see _unsent_checkpoint).
+            await trio.lowlevel.cancel_shielded_checkpoint()
             raise ConnectionError(
                 f"lost connection to {self.endpoint_text}: {_describe(exc)}"
             ) from exc
         except trio.ClosedResourceError as exc:
+            await trio.lowlevel.cancel_shielded_checkpoint()
             raise ConnectionClosedError(f"connection {self.id} was closed") from exc
 
     def _next_parsed(self) -> RespValue:
@@ -584,7 +595,7 @@ class Connection:
         """The next reply, waiting for it; ``reply``: what the caller just parsed (default:
         parse first)."""
         if reply is UNSET:
-            reply = self._next_parsed()
+            reply = self._next_reply()
             if reply is not NEED_DATA and reply.__class__ is not PushNotification:
                 return reply
         deadline = self._deadline(configured)
@@ -598,7 +609,18 @@ class Connection:
                 deadline = self._deadline(configured)
             else:
                 return reply
-            reply = self._next_parsed()
+            reply = self._next_reply()
+
+    def _next_reply(self) -> RespValue:
+        # _next_parsed for a reply: an undecodable frame that may have been a push frame
+        # raises ProtocolError (RespParser.undecodable) rather than take the reply's place.
+        parser = self._parser
+        try:
+            return parser._gets()
+        except UnicodeDecodeError as exc:
+            return parser.undecodable(exc)
+        except Exception as exc:
+            raise parser.failure(exc)  # failure() chains the cause
 
     async def _receive(self, deadline: float) -> None:
         stream = self._stream
@@ -718,6 +740,14 @@ class Connection:
             self._receiving = False
         await trio.lowlevel.checkpoint()
         return self.usable
+
+
+async def _unsent_checkpoint() -> None:
+    """The schedule point of a command that raises before it was sent (an argument that
+    cannot be encoded): a caller that took its connection with only a cancel point
+    (:meth:`ConnectionPool.acquire_for_reply`) counts on the command's own, which a command
+    sent gets from waiting for its reply."""
+    await trio.lowlevel.cancel_shielded_checkpoint()
 
 
 def _describe(exc: BaseException) -> str:

@@ -190,9 +190,11 @@ class RespParser:
 
         A string that does not decode with ``encoding`` is appended as a
         :class:`DataError` value in its reply's place (hiredis skips that reply whole, so
-        the stream stays in sync), and taking goes on.
+        the stream stays in sync), and taking goes on — unless it may have been a push
+        frame (see :meth:`undecodable`), which raises :class:`ProtocolError`.
         """
-        stop = len(out) + limit
+        first = len(out)
+        stop = first + limit
         while True:
             limit = stop - len(out)
             if limit <= 0:
@@ -201,9 +203,32 @@ class RespParser:
                 out.extend(islice(iter(self._gets, NEED_DATA), limit))
                 return self.push_credit > 0
             except UnicodeDecodeError as exc:
-                out.append(DataError(f"reply could not be decoded as {self.encoding}: {exc}"))
+                # The push frames taken by this call are not reported yet: not owed.
+                pending = sum(type(value) is PushNotification for value in out[first:])
+                out.append(self.undecodable(exc, pending))
             except Exception as exc:  # hiredis fatal states
                 raise self.failure(exc)  # failure() chains the cause
+
+    def undecodable(self, exc: UnicodeDecodeError, pending: int = 0) -> DataError:
+        """The :class:`DataError` value standing in a reply's place for a frame that did
+        not decode with ``encoding`` (hiredis skipped that frame whole), for a caller
+        matching replies to commands.
+
+        :param pending: push frames this parser returned that are not reported with
+            :meth:`pushes_taken` yet (``int``).
+        :raises ProtocolError: ``push_credit`` is above ``pending``, so the frame skipped
+            may have been a push frame (hiredis does not tell which): the replies could
+            then no longer be matched to their commands, so the parser is broken instead.
+        """
+        if self.push_credit > pending:
+            raise self.failure(
+                ProtocolError(
+                    f"a frame could not be decoded as {self.encoding} ({exc}) while a push "
+                    "frame may have been pending: whether it was a reply or a push frame "
+                    "is unknown, so the connection is discarded"
+                )
+            )
+        return DataError(f"reply could not be decoded as {self.encoding}: {exc}")
 
     def pushes_taken(self, count: int) -> None:
         """Report ``count`` (``int``) push frames that this parser returned (by any method)
