@@ -21,6 +21,7 @@ from trio_maint import (
     ResponseError,
     TimeoutError,
 )
+from trio_maint._connection import ReplyTimer
 from trio_maint.testing import RedisServer, free_port
 
 from ._stallproxy import open_scripted_server, open_silent_server, open_stall_proxy
@@ -160,6 +161,48 @@ async def test_per_command_timeout(redis_url: str) -> None:
     async with trio_maint.open_redis(redis_url) as r:
         with pytest.raises(TimeoutError):
             await r.execute_command("BLPOP", "never", "0", timeout=0.1)
+
+
+async def test_reply_timeouts_go_through_the_pools_timer(redis_url: str) -> None:
+    # The client's ReplyTimer bounds reply waits (no cancel scope per reply): a shorter
+    # per-command timeout arriving while a longer one waits fires on time, the longer
+    # one at its own deadline, and nothing stays armed.
+    async with trio_maint.open_redis(redis_url, socket_timeout=30.0, pool_size=3) as r:
+        await r.ping()
+        timer = r.pool.reply_timer
+        assert timer is not None and timer.running
+        assert all(c.reply_timer is timer for c in r.pool.connections)
+        ended: dict[str, float] = {}
+
+        async def blpop(name: str, timeout: float) -> None:
+            with pytest.raises(TimeoutError, match="within the socket timeout"):
+                await r.execute_command("BLPOP", f"never-{name}", "0", timeout=timeout)
+            ended[name] = trio.current_time()
+
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(blpop, "long", 1.2)
+            await trio.sleep(0.1)  # "long" is waiting for its reply
+            nursery.start_soon(blpop, "short", 0.3)
+        # Real time (a real server): bounds loose enough for a loaded machine.
+        assert 0.3 <= ended["short"] - start < 0.9
+        assert 1.2 <= ended["long"] - start < 2.5
+        assert timer._armed == {}
+        assert r.pool.stats().removed == 2  # each timed-out connection was discarded
+        assert await r.ping() is True
+
+
+async def test_a_cancelled_reply_wait_leaves_nothing_armed(redis_url: str) -> None:
+    async with trio_maint.open_redis(redis_url, socket_timeout=30.0) as r:
+        await r.ping()
+        timer = r.pool.reply_timer
+        assert timer is not None and timer.running
+        with trio.move_on_after(0.2) as scope:
+            await r.execute_command("BLPOP", "never-cancelled", "0")
+        assert scope.cancelled_caught
+        assert timer._armed == {}
+        assert r.pool.stats().removed == 1  # cancelled mid-reply: discarded, not reused
+        assert await r.ping() is True
 
 
 async def test_connect_timeout_on_silent_server() -> None:
@@ -380,3 +423,35 @@ async def test_pipeline_replies_stay_in_order_with_push_frames_among_them(
         replies = await pipe.execute()
     assert replies == [v for i in range(50) for v in (True, str(i).encode())]
     assert sorted(k for frame in seen for k in frame[1]) == sorted(k.encode() for k in keys)
+
+
+async def test_reply_timer_wakes_each_armed_wait_at_its_deadline(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    fired: list[tuple[str, float]] = []
+
+    class Waiter:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def _reply_timed_out(self) -> None:
+            fired.append((self.name, trio.current_time()))
+
+    timer = ReplyTimer()
+    a, b, c, d = Waiter("a"), Waiter("b"), Waiter("c"), Waiter("d")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(timer.run)
+        await trio.testing.wait_all_tasks_blocked()
+        assert timer.running
+        t0 = trio.current_time()
+        timer.arm(a, t0 + 5)  # type: ignore[arg-type]
+        timer.arm(b, t0 + 2)  # type: ignore[arg-type]  # earlier: the timer re-arms
+        timer.arm(c, t0 + 3)  # type: ignore[arg-type]
+        timer.disarm(c)  # type: ignore[arg-type]  # its wait ended: never fires
+        await trio.sleep(2.5)
+        timer.arm(d, t0 + 2.75)  # type: ignore[arg-type]  # shorter than a's, armed later
+        await trio.sleep(10)
+        assert timer._armed == {}
+        nursery.cancel_scope.cancel()
+    assert fired == [("b", t0 + 2), ("d", t0 + 2.75), ("a", t0 + 5)]
+    assert not timer.running

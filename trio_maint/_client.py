@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from ._commands import Callback, CommandsMixin, KeyT, apply_callback
-from ._connection import UNSET, Connection
+from ._connection import UNSET, Connection, ReplyTimer
 from ._errors import ReadOnlyError, RedisError
 from ._maintenance import MaintenanceHandler
 from ._options import ClientOptions
@@ -248,10 +248,12 @@ async def open_redis(
         pool_timeout=opts.pool_timeout,
     )
     handler.attach(pool)
+    pool.reply_timer = timer = ReplyTimer()
     client = Redis(opts, pool, handler)
     try:
         async with trio.open_nursery() as nursery, handler:
             # ``handler`` runs the pool's HandoffManager (its own nursery, nested here).
+            nursery.start_soon(timer.run)
             if opts.min_idle_conns or opts.conn_max_idle_time is not None:
                 nursery.start_soon(pool.run_maintenance)
             try:

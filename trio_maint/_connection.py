@@ -139,6 +139,8 @@ class Connection:
         timeouts: a :class:`TimeoutPolicy` (relaxed timeouts) or ``None``.
         maint_enabled: ``True`` when the server accepted ``CLIENT MAINT_NOTIFICATIONS``.
         last_used: Trio time (``float`` seconds) of the last release to the pool.
+        reply_timer: the pool's :class:`ReplyTimer` bounding reply waits on plain
+            sockets, or ``None`` (then each wait has a cancel scope of its own).
     """
 
     __slots__ = (
@@ -148,6 +150,7 @@ class Connection:
         "_receiving",
         "_sending",
         "_stream",
+        "_timed_out",
         "broken",
         "closed",
         "handoff",
@@ -159,6 +162,7 @@ class Connection:
         "options",
         "port",
         "push_handler",
+        "reply_timer",
         "server_info",
         "timeouts",
         "unix_path",
@@ -193,6 +197,8 @@ class Connection:
         self.maint_enabled = False
         self.last_used = 0.0
         self.handoff: Any = None
+        self.reply_timer: ReplyTimer | None = None
+        self._timed_out = False
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "broken" if self.broken else "open"
@@ -633,8 +639,23 @@ class Connection:
                 # the failed first recv() and the wrappers of SocketStream.receive_some.
                 # Cancellation can only happen in the wait, before anything was read.
                 sock = stream.socket
+                timer = self.reply_timer
                 if deadline == _INF:
                     await trio.lowlevel.wait_readable(sock)
+                elif timer is not None and timer.running:
+                    # The pool's timer bounds the wait: no cancel scope per reply.
+                    self._timed_out = False
+                    timer.arm(self, deadline)
+                    try:
+                        await trio.lowlevel.wait_readable(sock)
+                    except trio.ClosedResourceError:
+                        if self._timed_out:
+                            raise TimeoutError(
+                                f"no reply from {self.endpoint_text} within the socket timeout"
+                            ) from None
+                        raise
+                    finally:
+                        timer.disarm(self)
                 else:
                     with trio.move_on_at(deadline) as scope:
                         await trio.lowlevel.wait_readable(sock)
@@ -670,6 +691,14 @@ class Connection:
         if not data:
             raise ConnectionError(f"server {self.endpoint_text} closed the connection")
         self._parser.feed(data)  # raises ProtocolError on a RESP3 attribute frame
+
+    def _reply_timed_out(self) -> None:
+        """Called by the :class:`ReplyTimer`: wake this connection's reply wait, which then
+        raises ``TimeoutError``."""
+        self._timed_out = True
+        stream = self._stream
+        if type(stream) is trio.SocketStream:
+            trio.lowlevel.notify_closing(stream.socket)
 
     def dispatch_push(self, frame: list[Any]) -> None:
         """Hand one push frame to ``push_handler`` (logged and dropped when there is
@@ -740,6 +769,67 @@ class Connection:
             self._receiving = False
         await trio.lowlevel.checkpoint()
         return self.usable
+
+
+class ReplyTimer:
+    """Bounds the reply waits of a pool's connections without a cancel scope per reply.
+
+    A connection waiting for a reply on a plain socket registers its deadline (Trio time,
+    ``float`` seconds) with :meth:`arm` and removes it with :meth:`disarm`; :meth:`run`, one
+    task in the client's nursery, sleeps until the earliest deadline registered (the one
+    cancel scope, whose deadline only moves when a shorter one arrives) and wakes the
+    connections whose deadline has passed with :func:`trio.lowlevel.notify_closing`, so
+    their wait raises and the command fails with ``TimeoutError`` as it would under its
+    own cancel scope (the connection is then broken and discarded). Entering and leaving
+    a cancel scope per reply was the largest cost of a command in the profile
+    (docs/performance.md). A connection without a running timer uses a cancel scope.
+    """
+
+    __slots__ = ("_armed", "_next_wake", "_scope", "running")
+
+    def __init__(self) -> None:
+        self._armed: dict[Connection, float] = {}
+        #: Never later than the earliest deadline armed (it may be earlier: a stale wake).
+        self._next_wake = _INF
+        self._scope: trio.CancelScope | None = None
+        #: True while :meth:`run` runs; connections only arm a running timer.
+        self.running = False
+
+    def arm(self, conn: Connection, deadline: float) -> None:
+        """Register ``conn``'s reply deadline (Trio time, ``float`` seconds)."""
+        self._armed[conn] = deadline
+        if deadline < self._next_wake:
+            self._next_wake = deadline
+            if self._scope is not None:
+                self._scope.deadline = deadline
+
+    def disarm(self, conn: Connection) -> None:
+        """Forget ``conn``'s deadline (its wait ended); idempotent."""
+        self._armed.pop(conn, None)
+
+    async def run(self) -> None:
+        """Run until cancelled (in the client's nursery); never raises otherwise."""
+        self.running = True
+        try:
+            while True:
+                with trio.CancelScope(deadline=self._next_wake) as scope:
+                    self._scope = scope
+                    await trio.sleep_forever()
+                self._scope = None
+                self._expire(trio.current_time())
+        finally:
+            self._scope = None
+            self.running = False
+
+    def _expire(self, now: float) -> None:
+        next_wake = _INF
+        for conn, deadline in list(self._armed.items()):
+            if deadline <= now:
+                del self._armed[conn]
+                conn._reply_timed_out()
+            elif deadline < next_wake:
+                next_wake = deadline
+        self._next_wake = next_wake
 
 
 async def _unsent_checkpoint() -> None:

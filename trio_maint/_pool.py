@@ -22,7 +22,7 @@ from typing import Protocol
 import attrs
 import trio
 
-from ._connection import Connection
+from ._connection import Connection, ReplyTimer
 from ._errors import ConnectionClosedError, PoolTimeoutError
 
 __all__ = ["ConnectionPool", "Disposition", "PoolHook", "PoolStats"]
@@ -99,6 +99,9 @@ class ConnectionPool:
         closed instead of reused (``None`` = forever).
     :param pool_timeout: seconds (``float``) to wait for a free connection (``None`` =
         forever); then :class:`~trio_maint.PoolTimeoutError`.
+
+    ``reply_timer``: a :class:`~trio_maint._connection.ReplyTimer` given to every
+    connection dialed (``open_redis`` sets one and runs it in its nursery), or ``None``.
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class ConnectionPool:
         if pool_size < 1:
             raise ValueError("pool_size must be >= 1")
         self.dial = dial
+        self.reply_timer: ReplyTimer | None = None
         self.pool_size = pool_size
         self.max_active_conns = max_active_conns
         self.min_idle_conns = min_idle_conns
@@ -315,6 +319,7 @@ class ConnectionPool:
             if active is not None:
                 active.release()
             raise ConnectionClosedError("the connection pool is closed")
+        conn.reply_timer = self.reply_timer
         self._all[conn.id] = conn
         self._created += 1
         return conn
