@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -105,7 +106,20 @@ def environment() -> dict[str, Any]:
         info["redis_py"] = redis.__version__
     except ImportError:
         info["redis_py"] = None
+    info["redis_server"] = _command_output(["redis-server", "--version"])
+    info["git_commit"] = _command_output(
+        ["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"]
+    )
     return info
+
+
+def _command_output(argv: list[str]) -> str | None:
+    """What ``argv`` prints (stripped), or ``None`` when it cannot run."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
 
 
 def write_json(name: str, args: argparse.Namespace, payload: dict[str, Any]) -> Path:

@@ -205,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     # Queue-full refusals log one warning per connection: counted below instead.
     logging.getLogger("trio_maint").setLevel(logging.ERROR)
     rounds = args.rounds if args.smoke else min(args.rounds, 3)
+    args.rounds = rounds  # recorded in the JSON as run
     limit = 10.0 if args.smoke else 60.0
     variants = _variants(args.smoke)
     raw: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}

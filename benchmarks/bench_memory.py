@@ -89,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(__doc__ or "", argv)
     count = 100 if args.smoke else 1000
     rounds = args.rounds if args.smoke else min(args.rounds, 3)
+    args.rounds = rounds  # recorded in the JSON as run
     raw: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
     with RedisServer() as server, SimProcess(f"{server.host}:{server.port}") as sim:
         urls = {"disabled": f"{server.url}/0", "enabled": f"{sim.url}/0"}
