@@ -653,6 +653,11 @@ class Connection:
                             raise TimeoutError(
                                 f"no reply from {self.endpoint_text} within the socket timeout"
                             ) from None
+                        if timer.stopped() and self._stream is stream and sock.fileno() >= 0:
+                            # The timer stopped (its client is closing) while this wait was
+                            # armed: a spurious wakeup; the caller waits again, under a
+                            # cancel scope.
+                            return
                         raise
                     finally:
                         timer.disarm(self)
@@ -696,6 +701,13 @@ class Connection:
         """Called by the :class:`ReplyTimer`: wake this connection's reply wait, which then
         raises ``TimeoutError``."""
         self._timed_out = True
+        stream = self._stream
+        if type(stream) is trio.SocketStream:
+            trio.lowlevel.notify_closing(stream.socket)
+
+    def _reply_timer_stopped(self) -> None:
+        """Called by a :class:`ReplyTimer` that stops while this connection's reply wait
+        is armed: wake the wait (not a timeout), which then goes on under a cancel scope."""
         stream = self._stream
         if type(stream) is trio.SocketStream:
             trio.lowlevel.notify_closing(stream.socket)
@@ -796,12 +808,23 @@ class ReplyTimer:
         self.running = False
 
     def arm(self, conn: Connection, deadline: float) -> None:
-        """Register ``conn``'s reply deadline (Trio time, ``float`` seconds)."""
-        self._armed[conn] = deadline
+        """Register ``conn``'s reply deadline (Trio time, ``float`` seconds).
+
+        :raises ValueError: ``deadline`` is NaN (as a cancel scope refuses it: armed, it
+            would never fire).
+        """
         if deadline < self._next_wake:
             self._next_wake = deadline
             if self._scope is not None:
                 self._scope.deadline = deadline
+        elif deadline != deadline:
+            raise ValueError("deadline must not be NaN")
+        self._armed[conn] = deadline
+
+    def stopped(self) -> bool:
+        """Whether :meth:`run` is not running (checked again after a wait armed while it
+        was)."""
+        return not self.running
 
     def disarm(self, conn: Connection) -> None:
         """Forget ``conn``'s deadline (its wait ended); idempotent."""
@@ -820,6 +843,13 @@ class ReplyTimer:
         finally:
             self._scope = None
             self.running = False
+            # Waits still armed would never be woken: wake them (not as timed out), so
+            # they wait on under cancel scopes of their own and still end at their
+            # deadlines (a shielded command while the client's nursery is cancelled).
+            armed, self._armed = self._armed, {}
+            self._next_wake = _INF
+            for conn in armed:
+                conn._reply_timer_stopped()
 
     def _expire(self, now: float) -> None:
         next_wake = _INF
