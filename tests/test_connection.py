@@ -434,7 +434,8 @@ async def test_reply_timer_wakes_each_armed_wait_at_its_deadline(
         def __init__(self, name: str) -> None:
             self.name = name
 
-        def _reply_timed_out(self) -> None:
+        def _wake_reply_wait(self, *, timed_out: bool) -> None:
+            assert timed_out  # nothing is armed when the timer stops
             fired.append((self.name, trio.current_time()))
 
     timer = ReplyTimer()

@@ -418,9 +418,9 @@ class Connection:
             count = len(commands)
             replies: list[RespValue] = []
             pushed = self._take_replies(replies, count)
-            deadline = _INF
+            deadline: float | None = None
             while len(replies) < count:
-                if pushed or deadline == _INF:
+                if pushed or deadline is None:
                     # A push frame re-arms the deadline, and its relaxation applies now.
                     deadline = self._deadline(configured)
                 await self._receive(deadline)
@@ -697,17 +697,11 @@ class Connection:
             raise ConnectionError(f"server {self.endpoint_text} closed the connection")
         self._parser.feed(data)  # raises ProtocolError on a RESP3 attribute frame
 
-    def _reply_timed_out(self) -> None:
-        """Called by the :class:`ReplyTimer`: wake this connection's reply wait, which then
-        raises ``TimeoutError``."""
-        self._timed_out = True
-        stream = self._stream
-        if type(stream) is trio.SocketStream:
-            trio.lowlevel.notify_closing(stream.socket)
-
-    def _reply_timer_stopped(self) -> None:
-        """Called by a :class:`ReplyTimer` that stops while this connection's reply wait
-        is armed: wake the wait (not a timeout), which then goes on under a cancel scope."""
+    def _wake_reply_wait(self, *, timed_out: bool) -> None:
+        """Called by the :class:`ReplyTimer`: wake this connection's armed reply wait. It
+        then raises ``TimeoutError`` (``timed_out``), or, when the timer is stopping, goes
+        on under a cancel scope of its own."""
+        self._timed_out = timed_out
         stream = self._stream
         if type(stream) is trio.SocketStream:
             trio.lowlevel.notify_closing(stream.socket)
@@ -849,14 +843,14 @@ class ReplyTimer:
             armed, self._armed = self._armed, {}
             self._next_wake = _INF
             for conn in armed:
-                conn._reply_timer_stopped()
+                conn._wake_reply_wait(timed_out=False)
 
     def _expire(self, now: float) -> None:
         next_wake = _INF
         for conn, deadline in list(self._armed.items()):
             if deadline <= now:
                 del self._armed[conn]
-                conn._reply_timed_out()
+                conn._wake_reply_wait(timed_out=True)
             elif deadline < next_wake:
                 next_wake = deadline
         self._next_wake = next_wake
