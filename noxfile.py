@@ -48,9 +48,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=None)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on the package."""
+    """mypy --strict on the package and the tests."""
     session.install("mypy", "-e", ".[test]")
-    session.run("mypy", "--strict", "trio_maint")
+    session.run("mypy", "--strict", "trio_maint", "tests")
 
 
 @nox.session(python=None, default=False)

@@ -2,7 +2,7 @@
 ``redis.asyncio.cluster.RedisCluster`` (hiredis parser), on the same local cluster in the
 same run.
 
-The cluster is ``trio_maint.testing.RedisCluster``: 3 masters, no replicas, real
+The cluster is ``trio_maint.testing.LocalCluster``: 3 masters, no replicas, real
 ``redis-server`` processes in cluster mode on free loopback ports. The keys are
 ``bench:<n>`` for n < 3,000, which hash to slots spread over the whole range (so over all
 three masters). Cases (ops = user commands):
@@ -30,7 +30,7 @@ from typing import Any
 import trio
 
 import trio_maint
-from trio_maint.testing import RedisCluster
+from trio_maint.testing import LocalCluster
 
 from ._common import fmt, parse_args, print_table, summarize, write_json
 
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     clients = ["trio_maint"] + (["redis-py"] if use_redis_py else [])
     samples: dict[tuple[str, str], list[float]] = {(c, k): [] for c in clients for k in CASES}
     cpu: dict[tuple[str, str], list[float]] = {(c, k): [] for c in clients for k in CASES}
-    with RedisCluster(masters=3, replicas=0) as cluster:
+    with LocalCluster(masters=3, replicas=0) as cluster:
         host, port = cluster.startup_nodes[0]
         fill = True
         for round_no in range(args.rounds):

@@ -210,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     variants = _variants(args.smoke)
     raw: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     with RedisServer() as server:
-        backend = f"{server.host}:{server.port}"
+        backend = str(trio_maint.Endpoint(*server.address))
         with SimProcess(backend) as sim_a, SimProcess(backend) as sim_b:
             for round_no in range(rounds):
                 for name, spec in variants.items():

@@ -23,8 +23,8 @@ from typing import Any
 import trio
 
 import trio_maint
-from trio_maint._maintenance import MaintenanceHandler
-from trio_maint._pool import Disposition
+from trio_maint._maint.handler import MaintenanceHandler
+from trio_maint._net.pool import Disposition
 from trio_maint.testing import RedisServer
 
 from ._common import parse_args, pm, print_table, summarize, write_json
@@ -80,7 +80,7 @@ def _hook_cost_us(rounds: int, n: int) -> dict[str, Any]:
     with the handler registered minus with no hook. Rounds of ``n`` iterations."""
     options = trio_maint.ClientOptions()
     handler = MaintenanceHandler(options, trio_maint.MaintConfig(mode="enabled"))
-    conn = trio_maint.Connection(options)
+    conn = trio_maint.lowlevel.Connection(options)
 
     def per_command(hooks: list[Any]) -> float:
         start = time.process_time()
@@ -100,7 +100,7 @@ def _hook_cost_us(rounds: int, n: int) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(__doc__ or "", argv)
     raw: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
-    with RedisServer() as server, SimProcess(f"{server.host}:{server.port}") as sim:
+    with RedisServer() as server, SimProcess(str(trio_maint.Endpoint(*server.address))) as sim:
         url = f"{sim.url}/0"
         for round_no in range(args.rounds):
             order = MODES if round_no % 2 == 0 else MODES[::-1]

@@ -43,9 +43,9 @@ async def _child(url: str, mode: str, count: int) -> dict[str, Any]:
         held = [await pool.acquire()]  # the warm connection
         batch = 50
         while len(held) < count + 1:
-            chunk: list[trio_maint.Connection] = []
+            chunk: list[trio_maint.lowlevel.Connection] = []
 
-            async def dial(chunk: list[trio_maint.Connection] = chunk) -> None:
+            async def dial(chunk: list[trio_maint.lowlevel.Connection] = chunk) -> None:
                 chunk.append(await pool.acquire())
 
             async with trio.open_nursery() as nursery:
@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rounds = args.rounds if args.smoke else min(args.rounds, 3)
     args.rounds = rounds  # recorded in the JSON as run
     raw: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
-    with RedisServer() as server, SimProcess(f"{server.host}:{server.port}") as sim:
+    with RedisServer() as server, SimProcess(str(trio_maint.Endpoint(*server.address))) as sim:
         urls = {"disabled": f"{server.url}/0", "enabled": f"{sim.url}/0"}
         for round_no in range(rounds):
             for variant in VARIANTS:

@@ -30,9 +30,10 @@ from typing import Any
 
 import hiredis
 
-from trio_maint import ClientOptions, Connection
-from trio_maint._connection import _RECEIVE_SIZE
-from trio_maint._resp import NEED_DATA, RespParser
+from trio_maint import ClientOptions
+from trio_maint._net.wire import _RECEIVE_SIZE
+from trio_maint._sansio.resp import NEED_DATA, RespParser
+from trio_maint.lowlevel import Connection
 
 from ._common import fmt, parse_args, print_table, summarize, write_json
 

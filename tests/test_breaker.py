@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trio_maint._breaker import BreakerRegistry, BreakerState, CircuitBreaker
-from trio_maint._config import MaintConfig
-from trio_maint._endpoint import Endpoint
+from trio_maint._sansio.breaker import BreakerRegistry, BreakerState, CircuitBreaker
+from trio_maint._sansio.config import MaintConfig
+from trio_maint._sansio.endpoint import Endpoint
 
 EP = Endpoint("10.0.0.5", 12000)
 

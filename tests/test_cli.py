@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from trio_maint._cli import main
-from trio_maint._monitor import run_monitor
+from trio_maint._cli.main import main
+from trio_maint._cli.monitor import run_monitor
 from trio_maint.testing import MaintenanceSimulator, RedisServer
 
 TIMEOUT = 60.0

@@ -308,13 +308,19 @@ async def test_user_exception_comes_out_plain(redis_url: str) -> None:
             raise KeyError("mine")
 
 
+def _root_task() -> trio.lowlevel.Task:
+    task = trio.lowlevel.current_root_task()
+    assert task is not None  # inside trio.run
+    return task
+
+
 async def test_no_task_outlives_the_block(redis_url: str) -> None:
-    before = len(trio.lowlevel.current_root_task().child_nurseries)
+    before = len(_root_task().child_nurseries)
     async with trio_maint.open_redis(redis_url, min_idle_conns=2) as r:
         await r.ping()
         conns = r.pool.connections
     assert all(c.closed for c in conns)
-    assert len(trio.lowlevel.current_root_task().child_nurseries) == before
+    assert len(_root_task().child_nurseries) == before
     me = trio.lowlevel.current_task()
     assert all(not n.child_tasks for n in me.child_nurseries)
 

@@ -15,8 +15,8 @@ import trio
 
 import trio_maint
 import trio_maint.testing
-from trio_maint import CrossSlotError, MaintConfig, key_slot
-from trio_maint.testing import ClusterNode, RedisCluster
+from trio_maint import CrossSlotError, Endpoint, MaintConfig, key_slot
+from trio_maint.testing import ClusterNode, LocalCluster
 
 pytestmark = pytest.mark.trio
 
@@ -25,20 +25,20 @@ KEYS_PER_TASK = 8
 
 
 @pytest.fixture
-async def rc(redis_cluster: RedisCluster) -> AsyncIterator[trio_maint.RedisCluster]:
+async def rc(redis_cluster: LocalCluster) -> AsyncIterator[trio_maint.RedisCluster]:
     async with trio_maint.open_redis_cluster(redis_cluster.url, pool_size=20) as client:
         await client.flushdb()
         yield client
 
 
-def _other_master(cluster: RedisCluster, node: ClusterNode) -> ClusterNode:
+def _other_master(cluster: LocalCluster, node: ClusterNode) -> ClusterNode:
     return next(m for m in cluster.masters if m is not node)
 
 
 # ------------------------------------------------------------------------ basics
 
 
-async def test_key_slot_matches_the_server(redis_cluster: RedisCluster) -> None:
+async def test_key_slot_matches_the_server(redis_cluster: LocalCluster) -> None:
     rng = random.Random(8)
     keys = [f"k{rng.random()}" for _ in range(40)] + ["{user1}.a", "x{}y", "a{b}c", "\u00e9"]
     node = redis_cluster.nodes[0]
@@ -118,7 +118,7 @@ async def test_scan_iter_all_masters(rc: trio_maint.RedisCluster) -> None:
     assert found == keys
 
 
-async def test_read_from_replicas(redis_cluster: RedisCluster) -> None:
+async def test_read_from_replicas(redis_cluster: LocalCluster) -> None:
     async with trio_maint.open_redis_cluster(redis_cluster.url, read_from_replicas=True) as rc:
         await rc.set("rr", "v")
         await trio.to_thread.run_sync(_wait_replicated, redis_cluster)
@@ -131,7 +131,7 @@ async def test_read_from_replicas(redis_cluster: RedisCluster) -> None:
         assert await rc.incr("rr:n") == 1
 
 
-def _wait_replicated(cluster: RedisCluster) -> None:
+def _wait_replicated(cluster: LocalCluster) -> None:
     for master in cluster.masters:
         master.call("WAIT", 1, 2000)
 
@@ -202,7 +202,7 @@ class Workload:
             assert got in allowed, (key, got, value)
 
 
-def _slots_with_keys(cluster: RedisCluster, source: ClusterNode, count: int) -> list[int]:
+def _slots_with_keys(cluster: LocalCluster, source: ClusterNode, count: int) -> list[int]:
     """Up to ``count`` of ``source``'s slots that hold workload keys, then others."""
     owned = set(cluster.slots_of(source))
     with_keys = sorted(
@@ -214,7 +214,7 @@ def _slots_with_keys(cluster: RedisCluster, source: ClusterNode, count: int) -> 
 
 
 async def test_slot_migration_plain_moved_ask(
-    rc: trio_maint.RedisCluster, redis_cluster: RedisCluster
+    rc: trio_maint.RedisCluster, redis_cluster: LocalCluster
 ) -> None:
     """(b): slots migrate with no notifications at all: MOVED/ASK only, zero failures."""
     work = Workload(rc)
@@ -232,7 +232,7 @@ async def test_slot_migration_plain_moved_ask(
     assert rc.redirections["moved"] > 0
 
 
-async def test_slot_migration_with_smigrating_smigrated(redis_cluster: RedisCluster) -> None:
+async def test_slot_migration_with_smigrating_smigrated(redis_cluster: LocalCluster) -> None:
     """(a): the same migration through maintenance simulators, with SMIGRATING before and
     SMIGRATED after: relaxed, restored, one refresh per seqID, zero failures."""
     async with (
@@ -243,14 +243,14 @@ async def test_slot_migration_with_smigrating_smigrated(redis_cluster: RedisClus
             maintenance=MaintConfig(mode="enabled"),
         ) as rc,
     ):
-        sim_names = {f"{sim.host}:{sim.port}" for sim in sims.values()}
+        sim_names = {str(Endpoint(*sim.address)) for sim in sims.values()}
         assert {m.name for m in rc.slot_map.masters} <= sim_names
         work = Workload(rc)
         source = redis_cluster.masters[0]
         target = _other_master(redis_cluster, source)
         src_sim, dst_sim = sims[source.node_id], sims[target.node_id]
-        src_name = f"{src_sim.host}:{src_sim.port}"
-        dst_name = f"{dst_sim.host}:{dst_sim.port}"
+        src_name = str(Endpoint(*src_sim.address))
+        dst_name = str(Endpoint(*dst_sim.address))
         observed: dict[str, Any] = {}
 
         async def change() -> None:
@@ -287,7 +287,7 @@ async def test_slot_migration_with_smigrating_smigrated(redis_cluster: RedisClus
 
 
 async def test_failover_no_acknowledged_write_lost(
-    rc: trio_maint.RedisCluster, redis_cluster: RedisCluster
+    rc: trio_maint.RedisCluster, redis_cluster: LocalCluster
 ) -> None:
     """(c): a master fails over to its replica (CLUSTER FAILOVER): failures only within
     the failover window, and every acknowledged write is there afterwards."""
@@ -304,7 +304,7 @@ async def test_failover_no_acknowledged_write_lost(
 
 
 async def test_node_added_and_rebalanced(
-    rc: trio_maint.RedisCluster, redis_cluster: RedisCluster
+    rc: trio_maint.RedisCluster, redis_cluster: LocalCluster
 ) -> None:
     """(d): a node joins and slots are rebalanced to it, then moved back and the node
     removed: zero failures."""
@@ -326,7 +326,7 @@ async def test_node_added_and_rebalanced(
 
 
 async def test_sharded_pubsub_follows_slot(
-    rc: trio_maint.RedisCluster, redis_cluster: RedisCluster
+    rc: trio_maint.RedisCluster, redis_cluster: LocalCluster
 ) -> None:
     async with rc.pubsub(ignore_subscribe_messages=True) as ps:
         await ps.ssubscribe("news")
@@ -349,7 +349,7 @@ async def test_sharded_pubsub_follows_slot(
 
 
 async def test_tryagain_is_retried_until_the_slot_settles(
-    rc: trio_maint.RedisCluster, redis_cluster: RedisCluster
+    rc: trio_maint.RedisCluster, redis_cluster: LocalCluster
 ) -> None:
     """A multi-key command whose keys are split by a migration in progress gets TRYAGAIN;
     it is retried with backoff and succeeds once the slot has moved."""
@@ -389,7 +389,7 @@ async def test_no_startup_node_answers() -> None:
             pass  # pragma: no cover
 
 
-async def test_transaction_follows_moved_and_ask(redis_cluster: RedisCluster) -> None:
+async def test_transaction_follows_moved_and_ask(redis_cluster: LocalCluster) -> None:
     """A transaction whose slot is mid-migration gets ASK (EXECABORT, nothing ran): it is
     sent again to the target after ASKING; once the slot moved, a stale map meets MOVED
     and the transaction is sent to the new owner."""
@@ -420,7 +420,7 @@ async def test_transaction_follows_moved_and_ask(redis_cluster: RedisCluster) ->
 
 
 async def test_cluster_slots_fallback(
-    redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+    redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A server without CLUSTER SHARDS (Redis < 7): the map comes from CLUSTER SLOTS."""
     real = trio_maint.Redis.execute_command
@@ -441,7 +441,7 @@ async def test_cluster_slots_fallback(
         assert await rc.get("fallback") == b"1"
 
 
-async def test_unplanned_failover_master_killed(redis_cluster: RedisCluster) -> None:
+async def test_unplanned_failover_master_killed(redis_cluster: LocalCluster) -> None:
     """A master is killed (SIGKILL): commands for the whole cluster meet lost connections
     and CLUSTERDOWN until its replica is elected; they are retried within retry_timeout,
     so failures (if any) fall inside the failover window. Afterwards the replica is

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from trio_maint._cluster_demo import ClusterDemoConfig, run_cluster_demo
+from trio_maint._cli.cluster_demo import ClusterDemoConfig, run_cluster_demo
 
 pytestmark = pytest.mark.trio
 

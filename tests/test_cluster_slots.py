@@ -11,10 +11,11 @@ import trio.testing
 
 import trio_maint
 from trio_maint import CrossSlotError, SMigrated
-from trio_maint._cluster import SMIGRATED_DEDUP_SIZE, RedisCluster, keys_slot_of
-from trio_maint._notifications import SlotMove, parse_notification
-from trio_maint._resp import RespParser
-from trio_maint._slots import (
+from trio_maint._cluster.client import SMIGRATED_DEDUP_SIZE, RedisCluster
+from trio_maint._cluster.pipeline import keys_slot_of
+from trio_maint._sansio.notifications import SlotMove, parse_notification
+from trio_maint._sansio.resp import RespParser
+from trio_maint._sansio.slots import (
     SLOT_COUNT,
     NodeInfo,
     SlotMap,

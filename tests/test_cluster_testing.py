@@ -1,16 +1,16 @@
-"""trio_maint.testing.RedisCluster itself: the sync context manager, membership changes,
+"""trio_maint.testing.LocalCluster itself: the sync context manager, membership changes,
 ports."""
 
 from __future__ import annotations
 
 import pytest
 
-from trio_maint.testing import ClusterError, RedisCluster
+from trio_maint.testing import ClusterError, LocalCluster
 
 
 def test_testing_cluster_sync_membership() -> None:
     """The sync context manager, a replica added and removed, and the port rule."""
-    with RedisCluster(masters=2, replicas=0, node_timeout=1.0) as cluster:
+    with LocalCluster(masters=2, replicas=0, node_timeout=1.0) as cluster:
         assert len(cluster.masters) == 2
         assert all(n.port + 10000 < 65536 and n.port < 55535 for n in cluster.nodes)
         master = cluster.masters[0]

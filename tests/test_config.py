@@ -7,8 +7,8 @@ import os
 import attrs
 import pytest
 
-from trio_maint._config import MaintConfig, MaintMode
-from trio_maint._endpoint import (
+from trio_maint._sansio.config import MaintConfig, MaintMode
+from trio_maint._sansio.endpoint import (
     EndpointType,
     detect_endpoint_type,
     is_internal_address,

@@ -15,13 +15,13 @@ import trio_maint
 from trio_maint import (
     AuthenticationError,
     ClientOptions,
-    Connection,
     ConnectionBusyError,
     ConnectionError,
     ResponseError,
     TimeoutError,
 )
-from trio_maint._connection import ReplyTimer
+from trio_maint._net.timer import ReplyTimer
+from trio_maint.lowlevel import Connection
 from trio_maint.testing import RedisServer, free_port
 
 from ._stallproxy import open_scripted_server, open_silent_server, open_stall_proxy
@@ -243,8 +243,8 @@ async def test_cancel_during_connect_leaves_nothing_open() -> None:
 
 
 async def test_cancel_during_handshake_discards_connection(redis_url: str) -> None:
-    host, port = redis_url.split("//")[1].split("/")[0].split(":")
-    async with open_stall_proxy(host, int(port)) as proxy:
+    server = ClientOptions.from_url(redis_url)
+    async with open_stall_proxy(server.host, server.port) as proxy:
         async with trio_maint.open_redis(f"redis://127.0.0.1:{proxy.port}/9") as r:
             proxy.stall()
             with trio.move_on_after(0.2) as scope:
@@ -256,8 +256,8 @@ async def test_cancel_during_handshake_discards_connection(redis_url: str) -> No
 
 
 async def test_cancel_during_send_discards_connection(redis_url: str) -> None:
-    host, port = redis_url.split("//")[1].split("/")[0].split(":")
-    async with open_stall_proxy(host, int(port)) as proxy:
+    server = ClientOptions.from_url(redis_url)
+    async with open_stall_proxy(server.host, server.port) as proxy:
         async with trio_maint.open_redis(
             f"redis://127.0.0.1:{proxy.port}/9", socket_timeout=None
         ) as r:

@@ -9,17 +9,17 @@ import pytest
 import trio
 import trio.testing
 
-from trio_maint._breaker import BreakerRegistry, BreakerState
-from trio_maint._config import MaintConfig
-from trio_maint._endpoint import Endpoint
-from trio_maint._errors import (
+from trio_maint._maint.workers import QUEUE_FULL_MESSAGE, WORKER_IDLE_TIMEOUT, HandoffManager
+from trio_maint._sansio.breaker import BreakerRegistry, BreakerState
+from trio_maint._sansio.config import MaintConfig
+from trio_maint._sansio.endpoint import Endpoint
+from trio_maint._sansio.errors import (
     CircuitBreakerOpenError,
     ConnectionClosedError,
     HandoffDialError,
     HandoffQueueFullError,
     HandoffRetriesExhaustedError,
 )
-from trio_maint._handoff import QUEUE_FULL_MESSAGE, WORKER_IDLE_TIMEOUT, HandoffManager
 
 pytestmark = pytest.mark.trio
 

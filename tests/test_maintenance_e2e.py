@@ -11,7 +11,6 @@ import trio
 
 import trio_maint
 from trio_maint import (
-    BreakerState,
     EndpointType,
     HandoffFailed,
     HandoffSucceeded,
@@ -20,8 +19,9 @@ from trio_maint import (
     MaintMode,
     MovingStarted,
 )
-from trio_maint._connection import _socket_of
-from trio_maint._handoff import QUEUE_FULL_MESSAGE
+from trio_maint._maint.workers import QUEUE_FULL_MESSAGE
+from trio_maint._net.stream import socket_of
+from trio_maint.lowlevel import BreakerState
 from trio_maint.testing import MaintenanceSimulator, RedisServer, free_port, migrate
 
 pytestmark = pytest.mark.trio
@@ -63,13 +63,13 @@ def trio_maint_records(caplog: pytest.LogCaptureFixture, above: int) -> list[log
     ]
 
 
-def local_port(conn: trio_maint.Connection) -> int:
+def local_port(conn: trio_maint.lowlevel.Connection) -> int:
     stream = conn._stream
     assert stream is not None
-    return int(_socket_of(stream).getsockname()[1])
+    return int(socket_of(stream).getsockname()[1])
 
 
-def sim_id(sim: MaintenanceSimulator, conn: trio_maint.Connection) -> int:
+def sim_id(sim: MaintenanceSimulator, conn: trio_maint.lowlevel.Connection) -> int:
     """The simulator's id of the client connection ``conn``."""
     port = local_port(conn)
     (cid,) = [i.id for i in sim.connections if i.peer[1] == port]
@@ -185,8 +185,9 @@ async def test_migrating_relaxes_and_migrated_restores(sim_a: MaintenanceSimulat
             (conn,) = r.pool.connections
             await sim_a.inject_migrating()
             await r.get("tm:relax")  # the frame is drained before the reply
-            assert handler.state.in_window
-            assert handler.state.relaxed_connections == 1
+            state = handler.state
+            assert state.in_window
+            assert state.relaxed_connections == 1
             assert conn.timeouts is not None
             assert conn.timeouts.effective(0.3, trio.current_time()) == 3.0
             assert conn.timeouts.effective(None, trio.current_time()) is None
@@ -196,8 +197,9 @@ async def test_migrating_relaxes_and_migrated_restores(sim_a: MaintenanceSimulat
             sim_a.set_latency(0.0)
             await sim_a.inject_migrated()
             await r.get("tm:relax")
-            assert not handler.state.in_window
-            assert handler.state.relaxed_connections == 0
+            state = handler.state  # a new snapshot
+            assert not state.in_window
+            assert state.relaxed_connections == 0
             assert conn.timeouts.effective(0.3, trio.current_time()) == 0.3
             # Outside a window the configured timeout applies again.
             sim_a.set_latency(1.0)

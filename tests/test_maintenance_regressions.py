@@ -3,22 +3,26 @@ handling (MOVING ping-pong) and the pool (max_active_conns)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 import trio
 
 import trio_maint
-from trio_maint import MaintConfig
+from trio_maint import ClientOptions, MaintConfig
 from trio_maint.testing import MaintenanceSimulator, RedisServer
 
 pytestmark = pytest.mark.trio
 
 
 @pytest.fixture
-async def pair(redis_server_process: RedisServer | None, redis_url: str):  # type: ignore[no-untyped-def]
-    host, port = redis_url.split("//")[1].split("/")[0].rsplit(":", 1)
+async def pair(
+    redis_server_process: RedisServer | None, redis_url: str
+) -> AsyncIterator[tuple[MaintenanceSimulator, MaintenanceSimulator]]:
+    server = ClientOptions.from_url(redis_url)
     async with (
-        MaintenanceSimulator(backend=(host, int(port))) as a,
-        MaintenanceSimulator(backend=(host, int(port))) as b,
+        MaintenanceSimulator(backend=(server.host, server.port)) as a,
+        MaintenanceSimulator(backend=(server.host, server.port)) as b,
     ):
         yield a, b
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -14,8 +14,6 @@ import trio
 
 from trio_maint import (
     ClientOptions,
-    Connection,
-    ConnectionPool,
     EndpointType,
     EventsDropped,
     HandoffDialError,
@@ -33,8 +31,10 @@ from trio_maint import (
     NotificationReceived,
     ResponseError,
 )
-from trio_maint._endpoint import Endpoint
-from trio_maint._timeouts import RelaxedTimeouts
+from trio_maint._net.wire import TimeoutPolicy
+from trio_maint._sansio.endpoint import Endpoint
+from trio_maint._sansio.timeouts import RelaxedTimeouts
+from trio_maint.lowlevel import Connection, ConnectionPool
 
 pytestmark = pytest.mark.trio
 
@@ -121,11 +121,21 @@ class FakeHandshakeConn:
         return self.reply
 
 
+def policy_of(conn: Connection) -> TimeoutPolicy | None:
+    """``conn.timeouts``, read afresh (a push handler call changes it behind mypy's back)."""
+    return conn.timeouts
+
+
+async def handshake(handler: MaintenanceHandler, conn: FakeHandshakeConn) -> None:
+    """Run the handler's handshake hook on a fake with the attributes the hook uses."""
+    await handler.handshake_hook(cast(Connection, conn))
+
+
 async def test_handshake_sends_the_opt_in_with_the_detected_type() -> None:
     handler = MaintenanceHandler(OPTIONS)
     assert handler.endpoint_type is EndpointType.INTERNAL_IP
     conn = FakeHandshakeConn()
-    await handler.handshake_hook(conn)  # type: ignore[arg-type]
+    await handshake(handler, conn)
     assert conn.sent == [
         ("client", "maint_notifications", "on", "moving-endpoint-type", "internal-ip")
     ]
@@ -163,12 +173,12 @@ async def test_auto_mode_downgrades_once_quietly(caplog: pytest.LogCaptureFixtur
     events = handler.events()
     refused = ResponseError("ERR unknown subcommand 'maint_notifications'")
     first, second = FakeHandshakeConn(refused), FakeHandshakeConn(refused)
-    await handler.handshake_hook(first)  # type: ignore[arg-type]
-    await handler.handshake_hook(second)  # type: ignore[arg-type]  (already in flight)
+    await handshake(handler, first)
+    await handshake(handler, second)  # already in flight
     assert handler.mode is MaintMode.DISABLED
     assert not first.maint_enabled
     later = FakeHandshakeConn()
-    await handler.handshake_hook(later)  # type: ignore[arg-type]
+    await handshake(handler, later)
     assert later.sent == []  # never flips back on its own
     lines = [r for r in caplog.records if r.name.startswith("trio_maint")]
     assert len(lines) == 1 and lines[0].levelno == logging.DEBUG
@@ -182,14 +192,14 @@ async def test_enabled_mode_refusal_fails_the_connection() -> None:
     handler = MaintenanceHandler(OPTIONS, MaintConfig(mode="enabled"))
     conn = FakeHandshakeConn(ResponseError("ERR unknown subcommand"))
     with pytest.raises(MaintenanceNotSupportedError, match="refused CLIENT MAINT_NOTIFICATIONS"):
-        await handler.handshake_hook(conn)  # type: ignore[arg-type]
+        await handshake(handler, conn)
     assert handler.mode is MaintMode.ENABLED
 
 
 async def test_disabled_mode_sends_nothing() -> None:
     handler = MaintenanceHandler(OPTIONS, MaintConfig(mode="disabled"))
     conn = FakeHandshakeConn()
-    await handler.handshake_hook(conn)  # type: ignore[arg-type]
+    await handshake(handler, conn)
     assert conn.sent == []
 
 
@@ -199,21 +209,23 @@ async def test_disabled_mode_sends_nothing() -> None:
 async def test_windows_relax_restore_and_nest(autojump_clock: trio.abc.Clock) -> None:
     handler = MaintenanceHandler(OPTIONS, MaintConfig(relaxed_timeout=10.0))
     conn = Connection(OPTIONS)
-    assert conn.timeouts is None  # nothing per command until a notification arrives
+    assert policy_of(conn) is None  # nothing per command until a notification arrives
     handler.push_handler(conn, [b"MIGRATING", 1, 5, b"1"])
     handler.push_handler(conn, [b"FAILING_OVER", 2, 5, b"1"])
-    timeouts = conn.timeouts
+    timeouts = policy_of(conn)
     assert isinstance(timeouts, RelaxedTimeouts)
     now = trio.current_time()
     assert timeouts.effective(1.0, now) == 10.0
     assert timeouts.effective(30.0, now) == 30.0  # a floor, never a tightening
     assert timeouts.effective(None, now) is None  # no deadline where none existed
-    assert handler.state.in_window and handler.state.relaxed_connections == 1
+    state = handler.state
+    assert state.in_window and state.relaxed_connections == 1
     handler.push_handler(conn, [b"MIGRATED", 3, b"1"])
     assert timeouts.effective(1.0, trio.current_time()) == 10.0  # one window still open
     handler.push_handler(conn, [b"FAILED_OVER", 4, b"1"])
     assert timeouts.effective(1.0, trio.current_time()) == 1.0
-    assert not handler.state.in_window and handler.state.relaxed_connections == 0
+    state = handler.state  # a new snapshot
+    assert not state.in_window and state.relaxed_connections == 0
     # A window whose closing never comes ends at the backstop (10 x relaxed_timeout).
     handler.push_handler(conn, [b"SMIGRATING", 5, b"0-100"])
     await trio.sleep(99)
@@ -304,11 +316,12 @@ async def test_logging_hook(caplog: pytest.LogCaptureFixture) -> None:
     handler.push_handler(conn, [b"MIGRATING", 42, 5, b"1"])
     (started,) = [r for r in caplog.records if getattr(r, "event", "") == "notification_started"]
     assert started.levelno == logging.INFO
-    assert (started.conn_id, started.seq_id, started.notification_name) == (
+    fields = vars(started)  # the hook's ``extra`` payload is stored on the record
+    assert (fields["conn_id"], fields["seq_id"], fields["notification_name"]) == (
         conn.id,
         42,
         "MIGRATING",
-    )  # type: ignore[attr-defined]
+    )
     assert any(getattr(r, "event", "") == "notification_succeeded" for r in caplog.records)
 
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_maint._endpoint import Endpoint, split_host_port
-from trio_maint._notifications import (
+from trio_maint._sansio.endpoint import Endpoint, split_host_port
+from trio_maint._sansio.notifications import (
     MAINTENANCE_PUSH_NAMES,
     FailedOver,
     FailingOver,
@@ -21,7 +21,7 @@ from trio_maint._notifications import (
     describe_shape,
     parse_notification,
 )
-from trio_maint._resp import RespParser
+from trio_maint._sansio.resp import RespParser
 
 
 def test_names() -> None:

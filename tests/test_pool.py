@@ -9,7 +9,8 @@ import trio
 import trio.testing
 
 import trio_maint
-from trio_maint import Connection, Disposition, PoolTimeoutError
+from trio_maint import PoolTimeoutError
+from trio_maint.lowlevel import Connection, Disposition
 
 pytestmark = pytest.mark.trio
 

@@ -7,7 +7,8 @@ import trio
 import trio.testing
 
 import trio_maint
-from trio_maint import ClientOptions, Connection, ProtocolError
+from trio_maint import ClientOptions, ProtocolError
+from trio_maint.lowlevel import Connection
 
 from ._stallproxy import open_scripted_server
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_maint import DataError, ProtocolError, ResponseError, WrongTypeError
-from trio_maint._resp import NEED_DATA, PushNotification, RespParser, encode_command, is_push
+from trio_maint._sansio.resp import NEED_DATA, PushNotification, RespParser, encode_command, is_push
 
 
 def test_encode_command_types() -> None:

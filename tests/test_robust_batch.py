@@ -18,8 +18,9 @@ import trio
 import trio.testing
 
 import trio_maint
-from trio_maint import ClientOptions, Connection, DataError, ProtocolError
-from trio_maint._resp import PushNotification, RespParser
+from trio_maint import ClientOptions, DataError, ProtocolError
+from trio_maint._sansio.resp import PushNotification, RespParser
+from trio_maint.lowlevel import Connection
 from trio_maint.testing import MaintenanceSimulator, RedisServer
 
 pytestmark = pytest.mark.trio

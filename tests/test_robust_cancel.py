@@ -335,7 +335,8 @@ async def test_random_cancellation_during_handoffs(
 async def test_pubsub_resubscribes_after_a_cancelled_reconnect(r: trio_maint.Redis) -> None:
     """Regression: cancelling the reconnect of a PubSub (after a MOVING or a lost
     connection) forgot that it had to subscribe again, so it went deaf."""
-    from trio_maint import Connection, PubSub
+    from trio_maint import PubSub
+    from trio_maint.lowlevel import Connection
 
     delay = [0.0]
 

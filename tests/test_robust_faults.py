@@ -15,7 +15,8 @@ import trio
 import trio.testing
 
 import trio_maint
-from trio_maint import BreakerState, MaintConfig, MovingStarted
+from trio_maint import MaintConfig, MovingStarted
+from trio_maint.lowlevel import BreakerState
 from trio_maint.testing import MaintenanceSimulator, RedisServer, free_port
 
 from ._stallproxy import open_silent_server

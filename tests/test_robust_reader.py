@@ -18,7 +18,7 @@ import itertools
 import math
 import random
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -29,9 +29,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import trio_maint
-from trio_maint import ClientOptions, Connection, MaintConfig, RedisError, ResponseError
-from trio_maint._maintenance import MaintenanceHandler
-from trio_maint._notifications import MAINTENANCE_PUSH_NAMES, Malformed, parse_notification
+from trio_maint import ClientOptions, MaintConfig, RedisError, ResponseError
+from trio_maint._maint.handler import MaintenanceHandler
+from trio_maint._sansio.notifications import MAINTENANCE_PUSH_NAMES, Malformed, parse_notification
+from trio_maint.lowlevel import Connection
 from trio_maint.testing import (
     failed_over_frame,
     failing_over_frame,
@@ -256,7 +257,7 @@ def matches(value: Any, expected: Any) -> bool:
 def is_bad_maintenance(frame: bytes) -> bool:
     """Whether the maintenance handler must warn about this push frame (the parser's
     own verdict, tested separately in test_notifications.py)."""
-    from trio_maint._resp import RespParser
+    from trio_maint._sansio.resp import RespParser
 
     parser = RespParser()
     parser.feed(frame)
@@ -320,8 +321,8 @@ async def play(script: Script, chunks: list[bytes]) -> None:
     fatal_at = script.fatal_at if script.fatal is not None else len(script.groups)
     if fatal_at < len(script.groups):
         assert got_error, "the fatal item did not fail its command"
-        index, exc = got_error[0]
-        assert index == fatal_at, (index, exc)
+        index, error = got_error[0]
+        assert index == fatal_at, (index, error)
         assert conn.broken or conn.closed
     else:
         assert not got_error, got_error
@@ -382,7 +383,7 @@ def _random_push(rng: random.Random, here: str) -> bytes:
     """A push frame drawn from the strategies above (hypothesis' ``example`` is for
     interactive use only, so draw by hand)."""
     seq = rng.randint(1, 2**31)
-    choices = [
+    choices: list[Callable[[], bytes]] = [
         lambda: moving_frame(seq, rng.randint(0, 30), rng.choice([None, here])),
         lambda: migrating_frame(seq),
         lambda: migrated_frame(seq),

@@ -14,7 +14,8 @@ import trio.testing
 
 import trio_maint
 from trio_maint import ClientOptions
-from trio_maint._connection import Connection, ReplyTimer
+from trio_maint._net.connection import Connection
+from trio_maint._net.timer import ReplyTimer
 
 pytestmark = pytest.mark.trio
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from trio_maint._resp import NEED_DATA, RespParser, is_push
+from trio_maint._sansio.resp import NEED_DATA, RespParser, is_push
 from trio_maint.testing import (
     Simple,
     encode_value,

@@ -9,7 +9,9 @@ import pytest
 import trio
 import trio.testing
 
-from trio_maint._resp import is_push
+from trio_maint import parse_info
+from trio_maint._sansio.endpoint import split_host_port
+from trio_maint._sansio.resp import is_push
 from trio_maint.testing import (
     MaintenanceSimulator,
     RawConnection,
@@ -207,8 +209,7 @@ async def test_failover_and_slot_migration_scenarios(redis_server: RedisServer) 
 
 
 def _parse_endpoint(endpoint: bytes) -> tuple[str, int]:
-    host, _, port = endpoint.decode().rpartition(":")
-    return host, int(port)
+    return split_host_port(endpoint.decode(), require_port=True)
 
 
 async def writer(
@@ -279,8 +280,8 @@ async def test_migrate_moves_data_and_loses_no_acknowledged_write() -> None:
             assert result.paused_for < 1.0
             assert len(result.moved) == 2
             async with await connect_raw(b.server.address) as admin:
-                info = (await admin.execute("INFO", "replication")).decode()
-                assert "role:master" in info
+                info = parse_info(await admin.execute("INFO", "replication"))
+                assert info["role"] == "master"
                 keys = sorted(acked)
                 values = []
                 for start in range(0, len(keys), 500):
@@ -290,4 +291,4 @@ async def test_migrate_moves_data_and_loses_no_acknowledged_write() -> None:
                 for name in ("ip", "none"):
                     assert any(k.startswith(name + ":") for k in keys)
             async with await connect_raw(a.server.address) as admin:
-                assert "role:slave" in (await admin.execute("INFO", "replication")).decode()
+                assert parse_info(await admin.execute("INFO", "replication"))["role"] == "slave"

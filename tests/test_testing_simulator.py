@@ -13,7 +13,7 @@ import hiredis
 import pytest
 import trio
 
-from trio_maint._resp import encode_command, is_push
+from trio_maint._sansio.resp import encode_command, is_push
 from trio_maint.testing import (
     MaintenanceSimulator,
     RawConnection,
@@ -577,7 +577,9 @@ def _task_count() -> int:
     def walk(task: trio.lowlevel.Task) -> int:
         return 1 + sum(walk(t) for n in task.child_nurseries for t in n.child_tasks)
 
-    return walk(trio.lowlevel.current_root_task())
+    root = trio.lowlevel.current_root_task()
+    assert root is not None  # inside trio.run
+    return walk(root)
 
 
 async def test_nothing_leaks() -> None:

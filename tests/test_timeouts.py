@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from trio_maint._notifications import (
+from trio_maint._sansio.notifications import (
     FailedOver,
     FailingOver,
     Migrated,
@@ -15,7 +15,7 @@ from trio_maint._notifications import (
     SMigrated,
     SMigrating,
 )
-from trio_maint._timeouts import WINDOW_BACKSTOP_FACTOR, RelaxedTimeouts
+from trio_maint._sansio.timeouts import WINDOW_BACKSTOP_FACTOR, RelaxedTimeouts
 
 
 def test_not_relaxed_initially() -> None:

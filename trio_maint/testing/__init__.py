@@ -3,12 +3,14 @@ trio_maint's own tests and for users rehearsing maintenance in theirs (docs/test
 
 from __future__ import annotations
 
-from ._cluster import ClusterError, ClusterNode, RedisCluster, cluster_free_port
+from ._cluster import LocalCluster
+from ._cluster_node import ClusterError, ClusterNode, cluster_free_port
 from ._frames import (
     Simple,
     encode_value,
     failed_over_frame,
     failing_over_frame,
+    format_endpoint,
     migrated_frame,
     migrating_frame,
     moving_frame,
@@ -38,7 +40,6 @@ from ._simulator import (
     ConnectionInfo,
     ConnectionSelector,
     MaintenanceSimulator,
-    format_endpoint,
 )
 
 __all__ = [
@@ -48,10 +49,10 @@ __all__ = [
     "ConnectionInfo",
     "ConnectionSelector",
     "GoldenPayload",
+    "LocalCluster",
     "MaintenanceSimulator",
     "MigrationResult",
     "RawConnection",
-    "RedisCluster",
     "RedisServer",
     "RedisServerNotFoundError",
     "RespScanError",

@@ -1,4 +1,4 @@
-"""A real Redis Cluster of ``redis-server`` processes on loopback: :class:`RedisCluster`.
+"""A real Redis Cluster of ``redis-server`` processes on loopback: :class:`LocalCluster`.
 
 Every node is a :class:`~trio_maint.testing.RedisServer` started with
 ``--cluster-enabled yes`` (its ``nodes.conf`` lives in the server's temporary directory).
@@ -13,146 +13,37 @@ The helpers are blocking (they talk to the nodes over plain sockets); from Trio 
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Self
 
-import hiredis
 import trio
 
-from .._resp import encode_command
+from .._sansio.replies import parse_info
+from ._cluster_node import (
+    SLOT_COUNT,
+    ClusterError,
+    ClusterNode,
+    SyncConnection,
+    check_replies,
+    cluster_free_port,
+    in_thread,
+    server_call,
+    setslot,
+    text,
+)
 from ._server import RedisServer
 from ._simulator import MaintenanceSimulator
 
-__all__ = ["ClusterError", "ClusterNode", "RedisCluster", "cluster_free_port"]
-
-SLOT_COUNT: Final = 16384
-_BUS_OFFSET: Final = 10000
-_MAX_PORT: Final = 65535 - _BUS_OFFSET
-
-T = TypeVar("T")
+__all__ = ["LocalCluster"]
 
 
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-def cluster_free_port(host: str = "127.0.0.1", exclude: Sequence[int] = ()) -> int:
-    """A TCP port on ``host`` that is free together with its cluster bus port
-    (``port + 10000``), below 55535, and not in ``exclude``.
-
-    :raises RuntimeError: none found after 200 attempts.
-    """
-    taken = set(exclude)
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port: int = sock.getsockname()[1]
-        if port >= _MAX_PORT or port in taken or port + _BUS_OFFSET in taken:
-            continue
-        if _port_free(host, port + _BUS_OFFSET):
-            return port
-    raise RuntimeError("no free port pair (port, port + 10000) found for a cluster node")
-
-
-class ClusterError(RuntimeError):
-    """A cluster helper failed (a node refused a command, or a state was not reached)."""
-
-
-class _Sync:
-    """A minimal blocking RESP2 connection for the cluster helpers."""
-
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.reader = hiredis.Reader(replyError=ClusterError)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        self.sock.sendall(b"".join(encode_command(tuple(c)) for c in commands))
-        replies: list[Any] = []
-        while len(replies) < len(commands):
-            reply = self.reader.gets()
-            if reply is False:
-                data = self.sock.recv(65536)
-                if not data:
-                    raise ClusterError("connection closed by the node")
-                self.reader.feed(data)
-                continue
-            replies.append(reply)
-        return replies
-
-    def call(self, *args: Any) -> Any:
-        reply = self.pipeline([args])[0]
-        if isinstance(reply, ClusterError):
-            raise ClusterError(f"{args[0]} {args[1] if len(args) > 1 else ''}: {reply}")
-        return reply
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-class ClusterNode:
-    """One node of a :class:`RedisCluster`: a running :class:`RedisServer` and its id.
-
-    :ivar server: the :class:`RedisServer` (``server.port`` is the client port).
-    :ivar node_id: the 40-character cluster node id (``str``).
-    """
-
-    def __init__(self, server: RedisServer, node_id: str) -> None:
-        self.server = server
-        self.node_id = node_id
-
-    @property
-    def host(self) -> str:
-        """The node's loopback address (``str``)."""
-        return self.server.host
-
-    @property
-    def port(self) -> int:
-        """The node's client port (``int``; its bus port is ``port + 10000``)."""
-        return self.server.port
-
-    @property
-    def name(self) -> str:
-        """``"host:port"``, as the cluster announces the node."""
-        return f"{self.host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        """``redis://host:port``."""
-        return self.server.url
-
-    def call(self, *args: Any, timeout: float = 10.0) -> Any:
-        """Run one command on this node (blocking, RESP2) and return its reply.
-
-        :raises ClusterError: the node answered with an error.
-        :raises OSError: the node cannot be reached.
-        """
-        conn = _Sync(self.host, self.port, timeout)
-        try:
-            return conn.call(*args)
-        finally:
-            conn.close()
-
-    def __repr__(self) -> str:
-        return f"<ClusterNode {self.name} {self.node_id[:8]}>"
-
-
-class RedisCluster:
+class LocalCluster:
     """A real Redis Cluster of ``redis-server`` processes on free loopback ports.
 
-    Use as ``with RedisCluster() as cluster:`` or ``async with RedisCluster() as cluster:``;
+    Use as ``with LocalCluster() as cluster:`` or ``async with LocalCluster() as cluster:``;
     both wait until every node reports ``cluster_state:ok`` and agrees on the slot map,
     and stop (and reap) every process on exit, also when the body raised.
 
@@ -239,7 +130,7 @@ class RedisCluster:
         server = self._new_server()
         try:
             server.__enter__()
-            node_id = _text(server_call(server, "CLUSTER", "MYID"))
+            node_id = text(server_call(server, "CLUSTER", "MYID"))
         except BaseException:
             server.stop()
             raise
@@ -253,7 +144,7 @@ class RedisCluster:
         :raises ClusterError: the cluster did not form within ``startup_timeout``.
         """
         if self.nodes:
-            raise RuntimeError("this RedisCluster is already started")
+            raise RuntimeError("this LocalCluster is already started")
         try:
             total = self.master_count * (1 + self.replica_count)
             for _ in range(total):
@@ -337,14 +228,14 @@ class RedisCluster:
 
     def cluster_nodes(self, node: ClusterNode) -> list[str]:
         """``CLUSTER NODES`` of ``node``, one line per known node (``list[str]``)."""
-        return [line for line in _text(node.call("CLUSTER", "NODES")).splitlines() if line]
+        return [line for line in text(node.call("CLUSTER", "NODES")).splitlines() if line]
 
     def slot_owners(self, node: ClusterNode | None = None) -> dict[int, str]:
         """``slot -> node id`` of the master serving each slot, as ``node`` (default: the
         first node) sees it (``dict[int, str]``)."""
         owners: dict[int, str] = {}
         for entry in (node or self.nodes[0]).call("CLUSTER", "SLOTS"):
-            owner = _text(entry[2][2])
+            owner = text(entry[2][2])
             for slot in range(int(entry[0]), int(entry[1]) + 1):
                 owners[slot] = owner
         return owners
@@ -364,12 +255,12 @@ class RedisCluster:
     def _agreed(self) -> bool:
         reference: Any = None
         for node in self.nodes:
-            info = _text(node.call("CLUSTER", "INFO"))
-            if "cluster_state:ok" not in info:
+            info = parse_info(node.call("CLUSTER", "INFO"))
+            if info.get("cluster_state") != "ok":
                 return False
             view = (
                 sorted(
-                    (int(e[0]), int(e[1]), _text(e[2][2])) for e in node.call("CLUSTER", "SLOTS")
+                    (int(e[0]), int(e[1]), text(e[2][2])) for e in node.call("CLUSTER", "SLOTS")
                 ),
                 self._topology(node),
             )
@@ -385,8 +276,8 @@ class RedisCluster:
 
     def _replicas_synced(self) -> bool:
         for node in self.nodes:
-            info = _text(node.call("INFO", "replication"))
-            if "role:slave" in info and "master_link_status:up" not in info:
+            info = parse_info(node.call("INFO", "replication"))
+            if info.get("role") == "slave" and info.get("master_link_status") != "up":
                 return False
         return True
 
@@ -402,11 +293,11 @@ class RedisCluster:
 
     async def wait_ready_async(self, timeout: float | None = None) -> None:
         """As :meth:`wait_ready`, in a worker thread."""
-        await _in_thread(self.wait_ready, timeout)
+        await in_thread(self.wait_ready, timeout)
 
     def role_of(self, node: ClusterNode) -> str:
         """``"master"`` or ``"replica"``, as ``node`` itself says (``ROLE``)."""
-        role = _text(node.call("ROLE")[0])
+        role = text(node.call("ROLE")[0])
         return "master" if role == "master" else "replica"
 
     @property
@@ -459,16 +350,16 @@ class RedisCluster:
         :raises ClusterError: a node refused a step.
         """
         slots = list(slots)
-        src = _Sync(source.host, source.port)
-        dst = _Sync(target.host, target.port)
+        src = SyncConnection(source.host, source.port)
+        dst = SyncConnection(target.host, target.port)
         moved = 0
         try:
-            _check(
+            check_replies(
                 dst.pipeline(
                     [("CLUSTER", "SETSLOT", s, "IMPORTING", source.node_id) for s in slots]
                 )
             )
-            _check(
+            check_replies(
                 src.pipeline(
                     [("CLUSTER", "SETSLOT", s, "MIGRATING", target.node_id) for s in slots]
                 )
@@ -486,14 +377,16 @@ class RedisCluster:
                         "MIGRATE", target.host, target.port, "", 0, 10000, "REPLACE", "KEYS", *keys
                     )
                     moved += len(keys)
-            _check(dst.pipeline([_setslot(s, "NODE", target.node_id) for s in slots]))
-            _check(src.pipeline([_setslot(s, "NODE", target.node_id) for s in slots]))
+            check_replies(dst.pipeline([setslot(s, "NODE", target.node_id) for s in slots]))
+            check_replies(src.pipeline([setslot(s, "NODE", target.node_id) for s in slots]))
             for node in self.masters:
                 if node is source or node is target:
                     continue
-                conn = _Sync(node.host, node.port)
+                conn = SyncConnection(node.host, node.port)
                 try:
-                    _check(conn.pipeline([_setslot(s, "NODE", target.node_id) for s in slots]))
+                    check_replies(
+                        conn.pipeline([setslot(s, "NODE", target.node_id) for s in slots])
+                    )
                 finally:
                     conn.close()
         finally:
@@ -515,7 +408,7 @@ class RedisCluster:
     ) -> int:
         """As :meth:`migrate_slots`, in a worker thread (``on_phase`` runs in that thread:
         use ``trio.from_thread`` to reach Trio from it)."""
-        return await _in_thread(
+        return await in_thread(
             lambda: self.migrate_slots(
                 slots, source, target, batch=batch, on_phase=on_phase, pause=pause
             )
@@ -544,7 +437,7 @@ class RedisCluster:
 
     async def failover_async(self, master: ClusterNode, *, force: bool = False) -> ClusterNode:
         """As :meth:`failover`, in a worker thread."""
-        return await _in_thread(lambda: self.failover(master, force=force))
+        return await in_thread(lambda: self.failover(master, force=force))
 
     def crash(self, master: ClusterNode, *, timeout: float | None = None) -> ClusterNode:
         """Kill ``master``'s process (``SIGKILL``: an unplanned failover), wait until the
@@ -584,7 +477,7 @@ class RedisCluster:
         self, master: ClusterNode, *, timeout: float | None = None
     ) -> ClusterNode:
         """As :meth:`crash`, in a worker thread."""
-        return await _in_thread(lambda: self.crash(master, timeout=timeout))
+        return await in_thread(lambda: self.crash(master, timeout=timeout))
 
     # ------------------------------------------------------------------ membership
 
@@ -610,7 +503,7 @@ class RedisCluster:
 
     async def add_node_async(self, replica_of: ClusterNode | None = None) -> ClusterNode:
         """As :meth:`add_node`, in a worker thread."""
-        return await _in_thread(lambda: self.add_node(replica_of))
+        return await in_thread(lambda: self.add_node(replica_of))
 
     def remove_node(self, node: ClusterNode) -> None:
         """Remove ``node`` (a replica, or a master that serves no slot): ``CLUSTER
@@ -632,7 +525,7 @@ class RedisCluster:
 
     async def remove_node_async(self, node: ClusterNode) -> None:
         """As :meth:`remove_node`, in a worker thread."""
-        await _in_thread(lambda: self.remove_node(node))
+        await in_thread(lambda: self.remove_node(node))
 
     def rebalance(self, target: ClusterNode, slots_per_master: int, *, batch: int = 100) -> int:
         """Move ``slots_per_master`` slots from every other master to ``target`` (the last
@@ -651,7 +544,7 @@ class RedisCluster:
         self, target: ClusterNode, slots_per_master: int, *, batch: int = 100
     ) -> int:
         """As :meth:`rebalance`, in a worker thread."""
-        return await _in_thread(lambda: self.rebalance(target, slots_per_master, batch=batch))
+        return await in_thread(lambda: self.rebalance(target, slots_per_master, batch=batch))
 
     # ------------------------------------------------------------------ announced ports
 
@@ -671,7 +564,7 @@ class RedisCluster:
             for node in self.nodes:
                 for entry in node.call("CLUSTER", "SLOTS"):
                     for raw in entry[2:]:
-                        node_id = _text(raw[2])
+                        node_id = text(raw[2])
                         if node_id in wanted and int(raw[1]) != wanted[node_id]:
                             return False
             return True
@@ -680,7 +573,7 @@ class RedisCluster:
 
     async def announce_ports_async(self, ports: dict[ClusterNode, int]) -> None:
         """As :meth:`announce_ports`, in a worker thread."""
-        await _in_thread(lambda: self.announce_ports(ports))
+        await in_thread(lambda: self.announce_ports(ports))
 
     @asynccontextmanager
     async def simulators(self) -> AsyncIterator[dict[str, MaintenanceSimulator]]:
@@ -691,7 +584,7 @@ class RedisCluster:
 
         Yields ``{node_id: simulator}``; inject ``SMIGRATING``/``SMIGRATED`` on a node's
         simulator around :meth:`migrate_slots_async`, naming nodes by their
-        simulator's address (``f"{sim.host}:{sim.port}"``), as the cluster announces them.
+        simulator's address (``str(Endpoint(*sim.address))``), as the cluster announces them.
         """
         async with AsyncExitStack() as stack:
             sims: dict[str, MaintenanceSimulator] = {}
@@ -708,30 +601,4 @@ class RedisCluster:
                     await self.announce_ports_async(alive)
 
     def __repr__(self) -> str:
-        return f"<RedisCluster {len(self.nodes)} nodes {[n.port for n in self.nodes]}>"
-
-
-def server_call(server: RedisServer, *args: Any) -> Any:
-    """Run one command on ``server`` (blocking, RESP2) and return its reply.
-
-    :raises ClusterError: the server answered with an error.
-    """
-    conn = _Sync(server.host, server.port)
-    try:
-        return conn.call(*args)
-    finally:
-        conn.close()
-
-
-def _setslot(slot: int, state: str, node_id: str) -> tuple[Any, ...]:
-    return ("CLUSTER", "SETSLOT", slot, state, node_id)
-
-
-def _check(replies: list[Any]) -> None:
-    for reply in replies:
-        if isinstance(reply, ClusterError):
-            raise reply
-
-
-async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
-    return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=False)
+        return f"<LocalCluster {len(self.nodes)} nodes {[n.port for n in self.nodes]}>"

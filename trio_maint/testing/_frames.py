@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, TypeAlias
 
+from .._sansio.endpoint import format_host_port
+
 __all__ = [
     "FrameValue",
     "NullStyle",
@@ -20,6 +22,7 @@ __all__ = [
     "encode_value",
     "failed_over_frame",
     "failing_over_frame",
+    "format_endpoint",
     "migrated_frame",
     "migrating_frame",
     "moving_frame",
@@ -184,3 +187,20 @@ def smigrated_frame(
         shape), or pairs ``(endpoint, slots)`` (the older shape still seen in the wild).
     """
     return _with_extras("SMIGRATED", seq_id, [[list(e) for e in entries]], strings)
+
+
+def format_endpoint(address: tuple[str, int], endpoint_type: str | None, fqdn: str) -> str | None:
+    """Write a MOVING endpoint for a client that asked for ``endpoint_type``.
+
+    :param address: the target's ``(ip, port)``.
+    :param endpoint_type: one of :data:`ENDPOINT_TYPES`, or ``None`` (bare ``ON``: the server
+        chooses; the simulator writes the IP form).
+    :param fqdn: the host name written for the ``*-fqdn`` types (e.g. ``"localhost"``).
+    :returns: ``"host:port"``, or ``None`` (the null endpoint) for type ``none``.
+    """
+    if endpoint_type == "none":
+        return None
+    host, port = address
+    if endpoint_type is not None and endpoint_type.endswith("fqdn"):
+        host = fqdn
+    return format_host_port(host, port)

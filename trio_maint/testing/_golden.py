@@ -9,15 +9,16 @@ builder, the simulator and the client's parser against them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
+import attrs
+
 __all__ = ["GoldenPayload", "golden_payload", "golden_payloads"]
 
 
-@dataclass(frozen=True)
+@attrs.frozen
 class GoldenPayload:
     """One golden frame.
 

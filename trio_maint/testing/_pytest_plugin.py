@@ -2,7 +2,7 @@
 
 * ``redis_server`` (session scope): a real :class:`~trio_maint.testing.RedisServer` on a free
   loopback port, shared by the session's tests (flush it yourself if a test needs it empty).
-* ``redis_cluster`` (session scope): a real :class:`~trio_maint.testing.RedisCluster` (3 masters
+* ``redis_cluster`` (session scope): a real :class:`~trio_maint.testing.LocalCluster` (3 masters
   with one replica each) on free loopback ports, shared by the session's tests.
 * ``maintenance_simulator`` (function scope, needs pytest-trio): a running
   :class:`~trio_maint.testing.MaintenanceSimulator` forwarding to ``redis_server``; point your
@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from ._cluster import RedisCluster
+from ._cluster import LocalCluster
 from ._server import RedisServer
 from ._simulator import MaintenanceSimulator
 
@@ -40,11 +40,11 @@ async def maintenance_simulator(redis_server: RedisServer) -> AsyncIterator[Main
 
 
 @pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisCluster]:
+def redis_cluster() -> Iterator[LocalCluster]:
     """A real Redis Cluster (3 masters + 1 replica each) for the test session, stopped and
     reaped at the end. Tests that migrate slots or fail over change its layout.
 
     :raises RedisServerNotFoundError: no ``redis-server`` binary.
     """
-    with RedisCluster() as cluster:
+    with LocalCluster() as cluster:
         yield cluster

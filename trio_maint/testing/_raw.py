@@ -1,7 +1,7 @@
 """A minimal raw RESP connection over Trio, for the simulator's admin work and for tests.
 
 It is deliberately not the trio_maint client: no pool, no handshake, no retries. Replies are
-parsed by hiredis (:class:`trio_maint._resp.RespParser`); push frames are kept in order.
+parsed by hiredis (:class:`trio_maint.lowlevel.RespParser`); push frames are kept in order.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Self
 
 import trio
 
-from .._resp import NEED_DATA, CommandArg, RespParser, encode_command, is_push
+from .._sansio.resp import NEED_DATA, CommandArg, RespParser, encode_command, is_push
 
 __all__ = ["RawConnection", "connect_raw"]
 

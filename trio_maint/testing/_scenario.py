@@ -15,11 +15,12 @@ least 1) for fast runs.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+import attrs
 import trio
 
+from .._sansio.replies import parse_info
 from ._raw import RawConnection, connect_raw
 from ._server import RedisServer
 from ._simulator import Address, MaintenanceSimulator, Target, _resolve
@@ -42,7 +43,7 @@ __all__ = [
 Action = Callable[[MaintenanceSimulator], Awaitable[Any]]
 
 
-@dataclass(frozen=True)
+@attrs.frozen
 class Step:
     """One timed step.
 
@@ -56,7 +57,7 @@ class Step:
     label: str = ""
 
 
-@dataclass(frozen=True)
+@attrs.frozen
 class StepRecord:
     """What happened when a step ran.
 
@@ -72,7 +73,7 @@ class StepRecord:
     result: Any = None
 
 
-@dataclass
+@attrs.define
 class Scenario:
     """A timeline of :class:`Step` objects.
 
@@ -84,7 +85,7 @@ class Scenario:
     """
 
     name: str = "scenario"
-    steps: list[Step] = field(default_factory=list)
+    steps: list[Step] = attrs.field(factory=list)
 
     def at(self, seconds: float, action: Action, label: str = "") -> Scenario:
         """Add a step at ``seconds`` (``float``, >= 0) from the start; returns ``self``.
@@ -338,7 +339,7 @@ def slot_migration_scenario(
 # ------------------------------------------------------------------ a real migration
 
 
-@dataclass(frozen=True)
+@attrs.frozen
 class MigrationResult:
     """What :func:`migrate` did.
 
@@ -354,21 +355,11 @@ class MigrationResult:
     offset: int
 
 
-def _info_fields(reply: Any) -> dict[str, str]:
-    text = reply.decode() if isinstance(reply, bytes) else str(reply)
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
-
-
-async def _replication(conn: RawConnection) -> dict[str, str]:
+async def _replication(conn: RawConnection) -> dict[str, Any]:
     reply = await conn.execute("INFO", "replication")
     if isinstance(reply, Exception):
         raise RuntimeError(f"INFO replication failed: {reply}")
-    return _info_fields(reply)
+    return parse_info(reply)
 
 
 async def _ok(conn: RawConnection, *args: str | int) -> None:

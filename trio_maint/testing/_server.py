@@ -14,6 +14,8 @@ from typing import Self
 
 import trio
 
+from .._sansio.endpoint import format_host_port
+
 __all__ = ["RedisServer", "RedisServerNotFoundError", "find_redis_server", "free_port"]
 
 
@@ -90,7 +92,7 @@ class RedisServer:
     @property
     def url(self) -> str:
         """``redis://host:port`` of this server."""
-        return f"redis://{self.host}:{self.port}"
+        return f"redis://{format_host_port(self.host, self.port)}"
 
     @property
     def address(self) -> tuple[str, int]:

@@ -1,0 +1,316 @@
+"""The ``trio-maint`` command line: ``demo`` and ``monitor`` (also ``python -m trio_maint``).
+
+``rich`` (extra ``cli``) draws the live view and tables when the output is a terminal;
+otherwise plain text is printed. ``--plot`` needs matplotlib (extra ``plot``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+import trio
+
+from .._net.groups import leaves
+from .demo import run_demo
+from .render import UsageError, make_view, render_report, rich_available, write_plot
+from .report import SCENARIOS, DemoConfig, DemoError
+
+__all__ = ["main", "main_entry"]
+
+#: Exit statuses: success, a failed run or environment problem, a usage error.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+# ----------------------------------------------------------------------------- demo
+
+
+def _mix(text: str) -> tuple[int, int, int]:
+    parts = text.split(":")
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected READS:WRITES:PIPELINES, got {text!r}")
+    if len(values) != 3 or min(values) < 0 or sum(values) == 0:
+        raise argparse.ArgumentTypeError(f"expected three weights >= 0, got {text!r}")
+    return values[0], values[1], values[2]
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+def _cmd_cluster_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``trio-maint demo --cluster``: scenario (a) of docs/cluster.md with progress lines and
+    a report (JSON with ``--json``)."""
+    from ..testing import ClusterError, RedisServerNotFoundError
+    from .cluster_demo import ClusterDemoConfig, run_cluster_demo
+
+    for name in ("tasks", "pool_size", "keys"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    defaults = ClusterDemoConfig()
+    cfg = ClusterDemoConfig(
+        tasks=args.tasks or defaults.tasks,
+        keys=args.keys or defaults.keys,
+        pool_size=args.pool_size or defaults.pool_size,
+    )
+    json_to_stdout = args.json == "-"
+    view_out = err if json_to_stdout else out
+
+    def say(line: str) -> None:
+        print(line, file=view_out, flush=True)
+
+    try:
+        report = trio.run(run_cluster_demo, cfg, say)
+    except (RedisServerNotFoundError, ClusterError) as exc:
+        raise DemoError(str(exc)) from None
+    if args.json:
+        text = json.dumps(report.as_dict(), indent=2)
+        if json_to_stdout:
+            print(text, file=out)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.cluster:
+        return _cmd_cluster_demo(args, out, err)
+    try:
+        cfg = DemoConfig(
+            tasks=args.tasks if args.tasks is not None else 8,
+            duration=args.duration,
+            pool_size=args.pool_size if args.pool_size is not None else 4,
+            keys=args.keys if args.keys is not None else 1000,
+            mix=args.mix,
+            speed=args.speed,
+            scenario=args.scenario,
+            port=args.port,
+            seed=args.seed,
+            data_move=args.data_move,
+        )
+    except DemoError as exc:
+        raise UsageError(str(exc)) from None
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("--plot needs matplotlib: pip install 'trio-maint[plot]'") from None
+    json_to_stdout = args.json == "-"
+    view_out = err if json_to_stdout else out
+    view = make_view(view_out, args.plain)
+    try:
+        report = trio.run(run_demo, cfg, view)
+    finally:
+        view.close()
+    if args.json:
+        text = json.dumps(report.as_dict(), indent=2)
+        if json_to_stdout:
+            print(text, file=out)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    use_rich = not args.plain and view_out.isatty() and rich_available()
+    render_report(report, view_out, use_rich=use_rich)
+    if args.plot:
+        write_plot(report, args.plot)
+        print(f"plot written to {args.plot}", file=view_out)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+# -------------------------------------------------------------------------- monitor
+
+
+def _cmd_monitor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .monitor import MonitorError, run_monitor
+
+    try:
+        return trio.run(
+            run_monitor,
+            args.url,
+            out,
+            args.interval,
+            args.duration,
+            args.count,
+            args.endpoint_type,
+        )
+    except MonitorError as exc:
+        raise UsageError(str(exc)) if exc.usage else exc
+
+
+# ---------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``trio-maint`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="trio-maint",
+        description="trio_maint's demo of hitless maintenance, and a monitor for real servers.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser(
+        "demo",
+        help="run a workload through a simulated maintenance window on two real redis-servers",
+        description=(
+            "Start two redis-servers (A, and B that becomes its replica) behind maintenance "
+            "simulators, run a concurrent workload through open_redis, drive the managed-"
+            "Redis timeline (MIGRATING, MIGRATED, MOVING to B with the real data move, A's "
+            "connections closed when time runs out) and report. Exit status 1 if a command "
+            "failed or a write was lost."
+        ),
+    )
+    demo.add_argument(
+        "--tasks", type=int, default=None, help="concurrent tasks (default 8; 100 with --cluster)"
+    )
+    demo.add_argument(
+        "--duration",
+        type=_positive_float,
+        default=None,
+        help="seconds of traffic in all (default: the timeline's length at --speed)",
+    )
+    demo.add_argument(
+        "--pool-size",
+        type=int,
+        default=None,
+        help="client pool size (default 4; per node with --cluster: 20)",
+    )
+    demo.add_argument(
+        "--keys", type=int, default=None, help="key space size (default 1000; 2000 with --cluster)"
+    )
+    demo.add_argument(
+        "--mix",
+        type=_mix,
+        default=(60, 30, 10),
+        metavar="R:W:P",
+        help="weights of reads, writes and pipelines (default 60:30:10)",
+    )
+    demo.add_argument(
+        "--speed",
+        type=_positive_float,
+        default=1.0,
+        help="compress the timeline by this factor (default 1: about 28 s)",
+    )
+    demo.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default="moving",
+        help="moving (default), failover, none (null-endpoint MOVING) or unreachable "
+        "(MOVING to a dead endpoint: the circuit breaker)",
+    )
+    demo.add_argument(
+        "--data-move",
+        choices=("stall", "migrate"),
+        default="stall",
+        help="how moving/none move the data: stall (default: B's endpoint holds traffic "
+        "until B is promoted, A switches once idle) or migrate (trio_maint.testing.migrate: "
+        "A switches first, then MOVING; writes in flight meet READONLY)",
+    )
+    demo.add_argument("--port", type=int, default=0, help="port of endpoint A (default: free)")
+    demo.add_argument("--seed", type=int, default=None, help="seed of the workload")
+    demo.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="FILE",
+        help="write the report as JSON to FILE, or to stdout (then the live view goes to stderr)",
+    )
+    demo.add_argument(
+        "--plot", metavar="FILE.png", help="draw ops/s and p99 over time (needs matplotlib)"
+    )
+    demo.add_argument("--plain", action="store_true", help="plain text even on a terminal")
+    demo.add_argument(
+        "--cluster",
+        action="store_true",
+        help="run the Redis Cluster demo instead: a real local cluster (3 masters + 1 "
+        "replica each) behind simulators, SMIGRATING, a real migration of slots between "
+        "masters (MOVED/ASK), SMIGRATED; --tasks, --pool-size, --keys and --json apply",
+    )
+    demo.set_defaults(func=_cmd_demo)
+
+    monitor = sub.add_parser(
+        "monitor",
+        help="print every maintenance notification a real endpoint sends",
+        description=(
+            "Connect to URL, opt in to maintenance notifications and print each one with a "
+            "timestamp and what the client did about it, until interrupted (Ctrl-C)."
+        ),
+    )
+    monitor.add_argument("url", help="redis://[[user]:password@]host[:port][/db] or rediss://")
+    monitor.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=0.5,
+        help="seconds between the PINGs that keep the connection reading (default 0.5)",
+    )
+    monitor.add_argument(
+        "--duration", type=_positive_float, default=None, help="stop after this many seconds"
+    )
+    monitor.add_argument(
+        "--count", type=int, default=None, help="stop after this many notifications"
+    )
+    monitor.add_argument(
+        "--endpoint-type",
+        default="auto",
+        help="moving-endpoint-type to ask for (default: detected from the address)",
+    )
+    monitor.set_defaults(func=_cmd_monitor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run ``trio-maint`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+
+    Errors a user can cause print one line, ``trio-maint: error: ...``, and return 2
+    (usage) or 1 (the environment, e.g. redis-server missing or a server unreachable).
+    """
+    out = out if out is not None else sys.stdout
+    err = sys.stderr
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status: int = args.func(args, out, err)
+        return status
+    except UsageError as exc:
+        print(f"trio-maint: error: {exc}", file=err)
+        return EXIT_USAGE
+    except DemoError as exc:
+        print(f"trio-maint: error: {exc}", file=err)
+        return EXIT_FAILED
+    except BaseException as exc:
+        from .monitor import MonitorError
+
+        if isinstance(exc, MonitorError):
+            print(f"trio-maint: error: {exc}", file=err)
+            return EXIT_FAILED
+        if _interrupted(exc):
+            print("trio-maint: interrupted", file=err)
+            return 130
+        raise
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """``exc`` is a Ctrl-C, possibly wrapped in exception groups (with cancellations)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        real = [e for e in leaves(exc) if not isinstance(e, trio.Cancelled)]
+        return bool(real) and all(isinstance(e, KeyboardInterrupt) for e in real)
+    return False
+
+
+def main_entry() -> None:
+    """Console-script entry point: ``sys.exit(main())``."""
+    sys.exit(main())

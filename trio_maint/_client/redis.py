@@ -1,0 +1,262 @@
+"""The client: :func:`open_redis` and :class:`Redis`."""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import trio
+
+from .._maint.handler import MaintenanceHandler
+from .._net.connection import Connection
+from .._net.groups import unwrap_group
+from .._net.pool import ConnectionPool
+from .._net.timer import ReplyTimer
+from .._sansio.commands import CommandsMixin, KeyT
+from .._sansio.errors import ReadOnlyError, RedisError, WatchError
+from .._sansio.options import ClientOptions
+from .._sansio.replies import Callback, apply_callback
+from .._sansio.resp import CommandArg
+from .._sansio.unset import UNSET, Unset
+from .pipeline import Pipeline
+from .pubsub import PubSub
+
+__all__ = ["Redis", "open_redis"]
+
+logger = logging.getLogger("trio_maint.client")
+
+
+def _require_trio(name: str) -> None:
+    if not trio.lowlevel.in_trio_run():
+        raise RuntimeError(
+            f"{name} must be used inside a Trio run (trio.run, or anyio.run(..., "
+            "backend='trio')); trio_maint does not run on asyncio"
+        )
+
+
+class Redis(CommandsMixin[Awaitable[Any]]):
+    """A Redis client over a bounded connection pool. Get one from :func:`open_redis`.
+
+    Every command method is a coroutine returning the reply (see
+    :mod:`trio_maint._sansio.commands` for the shapes). Errors: :class:`~trio_maint.ResponseError`
+    (and subclasses) for error replies; :class:`~trio_maint.ConnectionError`,
+    :class:`~trio_maint.TimeoutError`, :class:`~trio_maint.ProtocolError` for transport
+    failures (the connection concerned is discarded);
+    :class:`~trio_maint.PoolTimeoutError` when no connection is free in time;
+    :class:`~trio_maint.DataError` for arguments that cannot be encoded.
+    """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        pool: ConnectionPool,
+        maintenance: MaintenanceHandler | None = None,
+    ) -> None:
+        self.options = options
+        self.pool = pool
+        #: The :class:`~trio_maint.MaintenanceHandler`: ``.state``, ``.events()``,
+        #: ``.add_hook()`` (see docs/maintenance.md); ``None`` for a bare ``Redis``.
+        self.maintenance = maintenance
+        self._pubsubs: weakref.WeakSet[PubSub] = weakref.WeakSet()
+
+    def __repr__(self) -> str:
+        return f"<Redis {self.options.address_text} db={self.options.db}>"
+
+    async def execute_command(
+        self, *args: CommandArg, timeout: float | Literal[Unset.UNSET] | None = UNSET
+    ) -> Any:
+        """Run any command and return its reply.
+
+        :param args: the command name and arguments (``str``, ``bytes``, ``int``, ``float``).
+        :param timeout: seconds to wait for the reply (``None`` = forever); default the
+            client's ``socket_timeout``.
+        :raises ResponseError: the server answered with an error (connection kept).
+        :raises DataError: an argument cannot be encoded (nothing was sent).
+        :raises ConnectionError, TimeoutError, ProtocolError: the connection failed and was
+            discarded.
+        :raises PoolTimeoutError: no connection became free within ``pool_timeout``.
+        """
+        pool = self.pool
+        conn = await pool.acquire_for_reply()
+        try:
+            reply = await conn.execute(args, timeout=timeout)
+        finally:
+            pool.release(conn)
+        if isinstance(reply, RedisError):
+            if reply.__class__ is ReadOnlyError and await self._moved_away(conn):
+                return await self.execute_command(*args, timeout=timeout)
+            raise reply
+        return reply
+
+    async def _command(
+        self,
+        args: tuple[CommandArg, ...],
+        callback: Callback | None = None,
+        *,
+        timeout: float | Literal[Unset.UNSET] | None = UNSET,
+    ) -> Any:
+        pool = self.pool
+        conn = await pool.acquire_for_reply()
+        try:
+            reply = await conn.execute(args, timeout=timeout)
+        finally:
+            pool.release(conn)
+        if isinstance(reply, RedisError):
+            if reply.__class__ is ReadOnlyError and await self._moved_away(conn):
+                return await self._command(args, callback, timeout=timeout)
+            raise reply
+        return reply if callback is None else apply_callback(callback, reply, args)
+
+    async def _moved_away(self, conn: Connection) -> bool:
+        """After a ``READONLY`` reply (the write was refused, not executed): ``True`` when
+        the endpoint is moving (MOVING), so the command may be retried on the new
+        endpoint. Only on connections that opted in to maintenance notifications."""
+        handler = self.maintenance
+        if handler is None or not conn.maint_enabled:
+            return False
+        return await handler.wait_for_moving(conn)
+
+    def _blocking_timeout(self, timeout: float) -> float | None:
+        if not timeout:
+            return None
+        return float(timeout) + (self.options.socket_timeout or 0.0)
+
+    def pipeline(self, transaction: bool = True) -> Pipeline:
+        """A new :class:`~trio_maint.Pipeline`; ``transaction=True`` wraps its commands in
+        ``MULTI``/``EXEC``."""
+        return Pipeline(self, transaction)
+
+    def pubsub(self, *, ignore_subscribe_messages: bool = False) -> PubSub:
+        """A new :class:`~trio_maint.PubSub` on a dedicated connection; use it as
+        ``async with r.pubsub() as ps:``."""
+        handler = self.maintenance
+        if handler is None or not handler.config.enabled:
+            pubsub = PubSub(self.options, ignore_subscribe_messages=ignore_subscribe_messages)
+        else:
+            link = handler.pubsub_link()
+            pubsub = PubSub(
+                self.options,
+                ignore_subscribe_messages=ignore_subscribe_messages,
+                connection_factory=link.connect,
+            )
+            link.attach(pubsub)
+        # Closed with the client (open_redis's block), like the pool's connections.
+        self._pubsubs.add(pubsub)
+        if self.closed:
+            pubsub._close_nowait()
+        return pubsub
+
+    def _close_pubsubs(self) -> None:
+        for pubsub in list(self._pubsubs):
+            pubsub._close_nowait()
+
+    async def scan_iter(
+        self,
+        match: KeyT | None = None,
+        count: int | None = None,
+        type: str | None = None,
+    ) -> AsyncIterator[Any]:
+        """Iterate over every key (``SCAN`` cursor by cursor), optionally filtered by a
+        ``MATCH`` pattern and a ``TYPE``. As SCAN, a key may be yielded more than once if
+        the keyspace changes meanwhile."""
+        cursor = 0
+        while True:
+            cursor, keys = await self.scan(cursor, match=match, count=count, type=type)
+            for key in keys:
+                yield key
+            if cursor == 0:
+                return
+
+    async def transaction(
+        self, func: Any, *watches: KeyT, value_from_callable: bool = False
+    ) -> Any:
+        """Run ``await func(pipe)`` in a WATCH/MULTI/EXEC loop until it commits without a
+        :class:`~trio_maint.WatchError` (as redis-py's ``transaction``); ``func`` reads with
+        ``pipe.immediate_execute_command`` and queues after ``pipe.multi()``.
+
+        :returns: the ``EXEC`` results, or ``func``'s return value with
+            ``value_from_callable``.
+        """
+
+        while True:
+            async with self.pipeline(True) as pipe:
+                try:
+                    if watches:
+                        await pipe.watch(*watches)
+                    value = await func(pipe)
+                    results = await pipe.execute()
+                    return value if value_from_callable else results
+                except WatchError:
+                    continue
+
+    @property
+    def closed(self) -> bool:
+        """True once the client's ``async with`` block has exited."""
+        return self.pool.closed
+
+
+async def _dial(options: ClientOptions) -> Connection:
+    return await Connection.open(options)
+
+
+@asynccontextmanager
+async def open_redis(
+    url: str | ClientOptions | None = None, /, **options: Any
+) -> AsyncIterator[Redis]:
+    """Open a Redis client that owns a nursery: ``async with open_redis(url) as r:``.
+
+    :param url: a Redis URL (``redis://[[user]:password@]host[:port][/db]``,
+        ``rediss://...``, ``unix:///path?db=N``), a :class:`ClientOptions`, or ``None``
+        for ``redis://localhost:6379``.
+    :param options: :class:`ClientOptions` fields, overriding the URL's.
+    :returns: an async context manager yielding a :class:`Redis`. Nothing the client
+        started outlives the block; connections are closed on exit.
+    :raises RuntimeError: not inside a Trio run.
+    :raises ValueError: a bad URL or option.
+
+    Connections are made lazily: the first command dials.
+    """
+    _require_trio("open_redis()")
+    if isinstance(url, ClientOptions):
+        opts = attrs_evolve(url, options)
+    elif url is None:
+        opts = ClientOptions(**options)
+    else:
+        opts = ClientOptions.from_url(url, **options)
+
+    handler = MaintenanceHandler(opts, opts.maintenance)
+    pool = ConnectionPool(
+        handler.dial,
+        pool_size=opts.pool_size,
+        max_active_conns=opts.max_active_conns,
+        min_idle_conns=opts.min_idle_conns,
+        conn_max_idle_time=opts.conn_max_idle_time,
+        pool_timeout=opts.pool_timeout,
+    )
+    handler.attach(pool)
+    pool.reply_timer = timer = ReplyTimer()
+    client = Redis(opts, pool, handler)
+    try:
+        async with trio.open_nursery() as nursery, handler:
+            # ``handler`` runs the pool's HandoffManager (its own nursery, nested here).
+            nursery.start_soon(timer.run)
+            if opts.min_idle_conns or opts.conn_max_idle_time is not None:
+                nursery.start_soon(pool.run_maintenance)
+            try:
+                yield client
+            finally:
+                pool.close()
+                client._close_pubsubs()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise unwrap_group(group) from None
+
+
+def attrs_evolve(options: ClientOptions, changes: dict[str, Any]) -> ClientOptions:
+    """A copy of ``options`` with ``changes`` applied (validated)."""
+    import attrs
+
+    return attrs.evolve(options, **changes) if changes else options

@@ -1,0 +1,534 @@
+"""The Redis Cluster client: :func:`open_redis_cluster` and :class:`RedisCluster`.
+
+Each node gets its own :class:`~trio_maint.Redis` (opened with :func:`~trio_maint.open_redis`,
+so its own pool and :class:`~trio_maint.MaintenanceHandler`), all running in the cluster
+client's nursery. Commands are routed by slot (:mod:`trio_maint._sansio.slots`); ``MOVED``,
+``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN`` and lost nodes are handled here (what each reply means:
+:mod:`~trio_maint._cluster.redirects`). Maintenance: every node connection opts in as
+``open_redis`` does; ``SMIGRATING`` relaxes timeouts per connection (the handler),
+``SMIGRATED`` restores them and triggers one lazy slot-map refresh per sequence id
+(:mod:`~trio_maint._cluster.refresh`). Pipelines and sharded pub/sub are in
+:mod:`~trio_maint._cluster.pipeline` and :mod:`~trio_maint._cluster.pubsub`. See
+docs/cluster.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final, Literal
+
+import attrs
+import trio
+
+from .._client.redis import Redis, open_redis
+from .._net.connection import Connection
+from .._net.groups import unwrap_group
+from .._sansio.commands import CommandsMixin, KeyT
+from .._sansio.endpoint import format_host_port, split_host_port
+from .._sansio.errors import (
+    AskError,
+    ClusterDownError,
+    ConnectionClosedError,
+    ConnectionError,
+    LoadingError,
+    MovedError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+from .._sansio.options import ClientOptions
+from .._sansio.replies import Callback, apply_callback
+from .._sansio.resp import CommandArg
+from .._sansio.slots import NodeInfo, SlotMap, command_keys, key_slot, keys_slot
+from .._sansio.unset import UNSET, Unset
+from .node import Node, SlotMigrationHook
+from .pipeline import ClusterPipeline
+from .pubsub import ClusterPubSub
+from .redirects import READ_COMMANDS, REDIRECT_KINDS, backoff, command_name, redirect_target
+from .refresh import SMIGRATED_DEDUP_SIZE, SlotMapRefresh
+
+__all__ = ["SMIGRATED_DEDUP_SIZE", "RedisCluster", "open_redis_cluster"]
+
+logger = logging.getLogger("trio_maint.cluster")
+
+#: Keyless commands run on every master; their replies are combined.
+_ALL_MASTERS: Final = frozenset({"DBSIZE", "FLUSHDB", "FLUSHALL", "KEYS"})
+
+
+class RedisCluster(SlotMapRefresh, CommandsMixin[Awaitable[Any]]):
+    """A Redis Cluster client. Get one from :func:`open_redis_cluster`.
+
+    Every command method of :class:`~trio_maint.Redis` is available and routed to the
+    master of its key's slot (see docs/cluster.md). Keyless commands go to one master,
+    except ``DBSIZE`` (summed), ``KEYS`` (concatenated) and ``FLUSHDB``/``FLUSHALL`` (every
+    master). ``scan`` runs on one master; use :meth:`scan_iter` to walk every key.
+
+    Errors: as :class:`~trio_maint.Redis`, plus :class:`~trio_maint.CrossSlotError`
+    (before sending) for multi-key commands whose keys are in different slots, and the
+    last :class:`~trio_maint.MovedError`/:class:`~trio_maint.TryAgainError`/
+    :class:`~trio_maint.ClusterDownError`/:class:`~trio_maint.ConnectionError` when the
+    redirection or retry budget (``max_redirects``, ``retry_timeout``) is spent.
+
+    Attributes (see :func:`open_redis_cluster` for the options):
+
+    * ``options``: the :class:`ClientOptions` shared by every node (host/port aside).
+    * ``read_from_replicas`` (``bool``), ``max_redirects`` (``int``; from the third
+      redirection on, each waits 10 ms doubling up to 250 ms for the nodes to settle),
+      ``retry_timeout`` and ``refresh_cooldown`` (seconds, ``float``).
+    * ``refreshes``: completed slot-map refreshes (``int``); ``smigrated_refreshes``:
+      refreshes requested by ``SMIGRATED`` (``int``).
+    * ``redirections``: a ``collections.Counter`` of what commands met: ``"moved"``,
+      ``"ask"``, ``"tryagain"``, ``"clusterdown"``, ``"readonly"``, ``"connection"``
+      (retried lost connections) and ``"loading"``.
+    * ``last_refresh_error``: why the last refresh failed, or ``None``.
+    """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        startup_nodes: Sequence[NodeInfo],
+        nursery: trio.Nursery,
+        *,
+        read_from_replicas: bool = False,
+        max_redirects: int = 16,
+        retry_timeout: float = 5.0,
+        refresh_cooldown: float = 0.1,
+    ) -> None:
+        self.options = options
+        self.startup_nodes = list(startup_nodes)
+        self.read_from_replicas = read_from_replicas
+        self.max_redirects = max_redirects
+        self.retry_timeout = retry_timeout
+        self.refresh_cooldown = refresh_cooldown
+        self._nursery = nursery
+        self._nodes: dict[str, Node] = {}
+        self._map = SlotMap()
+        self._closed = False
+        self._refreshing = False
+        self._refresh_pending = False
+        self._rounds_started = 0
+        self._rounds_done = 0
+        self._round_finished = trio.Event()
+        self._replica_turn = 0
+        self._smigrated_seen: collections.OrderedDict[tuple[str, int], None] = (
+            collections.OrderedDict()
+        )
+        self.refreshes = 0
+        self.smigrated_refreshes = 0
+        self.redirections: collections.Counter[str] = collections.Counter()
+        self.last_refresh_error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"<RedisCluster {len(self._map.masters)} masters, {len(self._nodes)} nodes>"
+
+    # ---------------------------------------------------------------- nodes
+
+    @property
+    def slot_map(self) -> SlotMap:
+        """The current :class:`~trio_maint.SlotMap` (replaced on each refresh)."""
+        return self._map
+
+    @property
+    def nodes(self) -> dict[str, Redis]:
+        """The running node clients by ``"host:port"`` (a new ``dict``); each is a
+        :class:`~trio_maint.Redis` with its own pool and ``maintenance`` handler."""
+        return {n: node.client for n, node in self._nodes.items() if node.client is not None}
+
+    def node_for_key(self, key: KeyT) -> str:
+        """``"host:port"`` of the master serving ``key`` in the current map.
+
+        :raises ClusterDownError: no node serves its slot.
+        """
+        master = self._map.master(key_slot(key))
+        if master is None:
+            raise ClusterDownError("CLUSTERDOWN Hash slot not served (in the client's map)")
+        return master.name
+
+    async def _node(self, info: NodeInfo) -> Node:
+        node = self._nodes.get(info.name)
+        if node is None:
+            if self._closed:
+                raise ConnectionClosedError("the cluster client is closed")
+            node = Node(info)
+            self._nodes[info.name] = node
+            self._nursery.start_soon(self._run_node, node)
+        if node.client is None:
+            await node.ready.wait()
+            if node.client is None:
+                raise ConnectionClosedError(f"node {info.name} could not start: {node.error}")
+        return node
+
+    async def _run_node(self, node: Node) -> None:
+        opts = attrs.evolve(self.options, host=node.info.host, port=node.info.port, unix_path=None)
+        try:
+            async with open_redis(opts) as client:
+                handler = client.maintenance
+                if handler is not None and handler.config.enabled:
+                    handler.add_hook(SlotMigrationHook(self, node))
+                node.client = client
+                node.ready.set()
+                await node.closing.wait()
+        except Exception as exc:  # pragma: no cover - open_redis only fails on bad options
+            node.error = exc
+            logger.exception("node %s stopped", node.name)
+        finally:
+            node.ready.set()
+
+    # ---------------------------------------------------------------- routing
+
+    def _slot_of(self, args: Sequence[Any]) -> int | None:
+        keys = command_keys(args)
+        if keys is None:
+            raise KeyError(command_name(args[0]))
+        return keys_slot(keys, args[0])
+
+    async def _slot_of_unknown(self, args: tuple[CommandArg, ...]) -> int | None:
+        """Ask a node for the keys of a command not in the table (``COMMAND GETKEYS``)."""
+        node = await self._any_master()
+        assert node.client is not None
+        try:
+            keys = await node.client.execute_command("COMMAND", "GETKEYS", *args)
+        except ResponseError:
+            return None  # no keys (or an invalid command: let the node say so)
+        return keys_slot(keys, args[0])
+
+    async def _any_master(self) -> Node:
+        masters = self._map.masters
+        if not masters:
+            await self.refresh_slots()
+            masters = self._map.masters
+            if not masters:
+                raise ClusterDownError("CLUSTERDOWN no master in the slot map")
+        return await self._node(masters[0])
+
+    def _master_now(self, slot: int | None) -> Node | None:
+        """The running node of ``slot``'s master when the map knows it (no await); else
+        ``None`` and the caller goes through :meth:`_route`. Same answer as
+        ``_route(slot, False)`` in that case, which would not have checkpointed either."""
+        if slot is None:
+            return None
+        master = self._map.master(slot)
+        if master is None:
+            return None
+        node = self._nodes.get(master.name)
+        if node is None or node.client is None:
+            return None
+        return node
+
+    async def _route(self, slot: int | None, read: bool) -> tuple[Node, bool]:
+        """``(node, is_replica)`` to send a command of ``slot`` to."""
+        if slot is None:
+            return await self._any_master(), False
+        master = self._map.master(slot)
+        if master is None:
+            await self.refresh_slots()
+            master = self._map.master(slot)
+            if master is None:
+                raise ClusterDownError(f"CLUSTERDOWN Hash slot {slot} not served")
+        if read and self.read_from_replicas:
+            replicas = self._map.replicas(slot)
+            if replicas:
+                self._replica_turn += 1
+                return await self._node(replicas[self._replica_turn % len(replicas)]), True
+        return await self._node(master), False
+
+    async def _execute(
+        self,
+        args: tuple[CommandArg, ...],
+        slot: int | None,
+        timeout: float | Literal[Unset.UNSET] | None = UNSET,
+    ) -> Any:
+        """Run one command where ``slot`` lives, following redirections and retrying as
+        the class docs say; returns the reply (error replies raised)."""
+        read = self.read_from_replicas and command_name(args[0]) in READ_COMMANDS
+        redirects = 0
+        trail: list[str] = []
+        attempt = 0
+        deadline: float | None = None
+        ask_node: Node | None = None
+        while True:
+            if ask_node is not None:
+                node, replica = ask_node, False
+            elif not read and (fast := self._master_now(slot)) is not None:
+                node, replica = fast, False
+            else:
+                node, replica = await self._route(slot, read)
+            client = node.client
+            assert client is not None
+            pool = client.pool
+            reply: Any
+            conn: Connection | None = None
+            try:
+                conn = await pool.acquire_for_reply()
+                if ask_node is not None:
+                    replies = await conn.execute_many([("ASKING",), args], timeout=timeout)
+                    reply = replies[0] if isinstance(replies[0], RedisError) else replies[1]
+                elif replica and conn not in node.readonly:
+                    replies = await conn.execute_many([("READONLY",), args], timeout=timeout)
+                    if isinstance(replies[0], RedisError):
+                        raise replies[0]
+                    node.readonly.add(conn)
+                    reply = replies[1]
+                else:
+                    reply = await conn.execute(args, timeout=timeout)
+            except ConnectionError as exc:
+                if self._closed or (isinstance(exc, ConnectionClosedError) and pool.closed):
+                    raise
+                # The node may be down (a failover): refresh and retry within the budget.
+                reply = exc
+            finally:
+                if conn is not None:
+                    pool.release(conn)
+            ask_node = None
+            if not isinstance(reply, RedisError):
+                return reply
+            cls = reply.__class__
+            kind = REDIRECT_KINDS.get(cls)
+            if kind is None:
+                if not isinstance(reply, ConnectionError):
+                    raise reply
+                kind = "connection"
+            self.redirections[kind] += 1
+            if cls is MovedError or cls is AskError:
+                redirects += 1
+                trail.append(f"{node.name}: {reply}")
+                if redirects > self.max_redirects:
+                    reply.add_note("redirections followed: " + " -> ".join(trail))
+                    raise reply
+                if redirects > 2:
+                    # Nodes disagree for a moment (mid-migration): let them settle.
+                    self.request_refresh()
+                    await trio.sleep(backoff(redirects - 3))
+            if cls is MovedError:
+                moved_slot, target = redirect_target(reply)
+                self._map.set_master(moved_slot, target)
+                self.request_refresh()
+                if replica:
+                    read = False  # the replica does not serve it: ask the master
+                continue
+            if replica and cls is LoadingError:
+                read = False  # a replica still loading: read from the master
+                continue
+            if cls is AskError:
+                _slot, target = redirect_target(reply)
+                ask_node = await self._node(target)
+                continue
+            if cls is LoadingError:
+                raise reply  # a master loading: not a cluster condition to wait out here
+            now = trio.current_time()
+            if deadline is None:
+                deadline = now + self.retry_timeout
+            if now >= deadline:
+                raise reply
+            if cls is not TryAgainError:
+                self.request_refresh()
+            await trio.sleep(min(backoff(attempt), max(0.0, deadline - now)))
+            attempt += 1
+
+    async def _on_all_masters(self, args: tuple[CommandArg, ...]) -> list[Any]:
+        if not self._map.masters:
+            await self.refresh_slots()
+        masters = self._map.masters
+        results: list[Any] = [None] * len(masters)
+
+        async def run(index: int, info: NodeInfo) -> None:
+            node = await self._node(info)
+            assert node.client is not None
+            results[index] = await node.client.execute_command(*args)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for index, info in enumerate(masters):
+                    nursery.start_soon(run, index, info)
+        except BaseExceptionGroup as group:
+            raise unwrap_group(group) from None
+        return results
+
+    async def _command(
+        self,
+        args: tuple[CommandArg, ...],
+        callback: Callback | None = None,
+        *,
+        timeout: float | Literal[Unset.UNSET] | None = UNSET,
+    ) -> Any:
+        name = command_name(args[0])
+        if name in _ALL_MASTERS:
+            replies = await self._on_all_masters(args)
+            if name == "DBSIZE":
+                return sum(int(r) for r in replies)
+            if name == "KEYS":
+                return [key for r in replies for key in r]
+            reply = replies[0] if replies else b"OK"
+        else:
+            try:
+                slot = self._slot_of(args)
+            except KeyError:
+                slot = await self._slot_of_unknown(args)
+            reply = await self._execute(args, slot, timeout)
+        return reply if callback is None else apply_callback(callback, reply, args)
+
+    async def execute_command(
+        self, *args: CommandArg, timeout: float | Literal[Unset.UNSET] | None = UNSET
+    ) -> Any:
+        """Run any command on the node serving its keys and return its reply (commands
+        not in the client's table are asked about with ``COMMAND GETKEYS``).
+
+        :raises CrossSlotError: its keys are in different slots (nothing was sent).
+        :raises ResponseError, ConnectionError, TimeoutError: as the class docs say.
+        """
+        return await self._command(args, None, timeout=timeout)
+
+    def _blocking_timeout(self, timeout: float) -> float | None:
+        if not timeout:
+            return None
+        return float(timeout) + (self.options.socket_timeout or 0.0)
+
+    # ---------------------------------------------------------------- helpers
+
+    async def scan_iter(
+        self,
+        match: KeyT | None = None,
+        count: int | None = None,
+        type: str | None = None,
+    ) -> AsyncIterator[Any]:
+        """Iterate over every key of every master (``SCAN`` on each, one after the
+        other), optionally filtered by ``MATCH`` and ``TYPE``. As ``SCAN``, a key may be
+        yielded more than once (or missed) if slots migrate meanwhile."""
+        if not self._map.masters:
+            await self.refresh_slots()
+        for info in list(self._map.masters):
+            node = await self._node(info)
+            assert node.client is not None
+            async for key in node.client.scan_iter(match=match, count=count, type=type):
+                yield key
+
+    def pipeline(self, transaction: bool = False) -> ClusterPipeline:
+        """A new :class:`ClusterPipeline`: commands split by node and replies reassembled
+        in order; ``transaction=True`` wraps them in ``MULTI``/``EXEC`` (all keys in one
+        slot, else :class:`~trio_maint.CrossSlotError`)."""
+        return ClusterPipeline(self, transaction)
+
+    def pubsub(self, *, ignore_subscribe_messages: bool = False) -> ClusterPubSub:
+        """A new :class:`ClusterPubSub` for sharded pub/sub (``SSUBSCRIBE``); use it as
+        ``async with rc.pubsub() as ps:``."""
+        return ClusterPubSub(self, ignore_subscribe_messages=ignore_subscribe_messages)
+
+    @property
+    def closed(self) -> bool:
+        """True once the client's ``async with`` block has exited."""
+        return self._closed
+
+    def _close(self) -> None:
+        self._closed = True
+        for node in self._nodes.values():
+            node.closing.set()
+        self._round_finished.set()
+
+
+# ---------------------------------------------------------------------------------- open
+
+
+def _startup_nodes(spec: Any, default_port: int) -> tuple[list[NodeInfo], str | None]:
+    """Startup nodes (and the URL to take options from, if any) from what
+    :func:`open_redis_cluster` accepts."""
+    items = [spec] if isinstance(spec, str | ClientOptions | tuple) else list(spec)
+    nodes: list[NodeInfo] = []
+    url: str | None = None
+    for item in items:
+        if isinstance(item, ClientOptions):
+            host, port = item.host, item.port
+        elif isinstance(item, tuple):
+            host, port = str(item[0]), int(item[1])
+        elif "://" in item:
+            parsed = ClientOptions.from_url(item)
+            host, port = parsed.host, parsed.port
+            url = url or item
+        else:
+            # "host:port" as Redis writes it (the last ':' starts the port), or a bare host.
+            host, port = (
+                split_host_port(item, require_port=True) if ":" in item else (item, default_port)
+            )
+        nodes.append(NodeInfo(format_host_port(host, port), host, port))
+    if not nodes:
+        raise ValueError("open_redis_cluster() needs at least one startup node")
+    return nodes, url
+
+
+@asynccontextmanager
+async def open_redis_cluster(
+    url_or_startup_nodes: str
+    | ClientOptions
+    | tuple[str, int]
+    | Sequence[str | tuple[str, int]] = "redis://localhost:6379",
+    /,
+    *,
+    read_from_replicas: bool = False,
+    max_redirects: int = 16,
+    retry_timeout: float = 5.0,
+    refresh_cooldown: float = 0.1,
+    **options: Any,
+) -> AsyncIterator[RedisCluster]:
+    """Open a Redis Cluster client that owns a nursery:
+    ``async with open_redis_cluster("redis://127.0.0.1:7000") as rc:``.
+
+    :param url_or_startup_nodes: one URL (``redis://host:port``, options as for
+        :func:`~trio_maint.open_redis`), a :class:`ClientOptions`, ``(host, port)``, or a
+        sequence of ``"host:port"``/``(host, port)``/URLs; the slot map is read from the
+        first that answers.
+    :param read_from_replicas: send read-only commands to replicas (``READONLY`` is sent
+        on those connections); reads may then be slightly stale.
+    :param max_redirects: most ``MOVED``/``ASK`` followed per command (``int``).
+    :param retry_timeout: seconds (``float``) a command may spend retrying ``TRYAGAIN``,
+        ``CLUSTERDOWN``, ``READONLY`` (a failed-over master) and lost connections.
+    :param refresh_cooldown: seconds (``float``) between two slot-map refreshes.
+    :param options: :class:`ClientOptions` fields for every node (``maintenance=`` a
+        :class:`~trio_maint.MaintConfig`, ``pool_size`` per node, timeouts, TLS, ...);
+        ``db`` must be 0.
+    :returns: an async context manager yielding a :class:`RedisCluster`; every node pool
+        and background task ends with the block.
+    :raises ConnectionError: no startup node answered ``CLUSTER SHARDS``/``CLUSTER SLOTS``.
+    :raises ValueError: a bad URL or option.
+    :raises RuntimeError: not inside a Trio run.
+    """
+    if not trio.lowlevel.in_trio_run():
+        raise RuntimeError("open_redis_cluster() must be used inside a Trio run")
+    spec = url_or_startup_nodes
+    if isinstance(spec, ClientOptions):
+        base = attrs.evolve(spec, **options) if options else spec
+        startup = [NodeInfo(format_host_port(base.host, base.port), base.host, base.port)]
+    else:
+        _nodes, url = _startup_nodes(spec, 6379)
+        base = (
+            ClientOptions.from_url(url, **options) if url is not None else ClientOptions(**options)
+        )
+        startup, _url = _startup_nodes(spec, base.port)
+    if base.db != 0:
+        raise ValueError("Redis Cluster only has database 0")
+    if base.unix_path is not None:
+        raise ValueError("a cluster client connects over TCP (no unix_path)")
+    try:
+        async with trio.open_nursery() as nursery:
+            cluster = RedisCluster(
+                base,
+                startup,
+                nursery,
+                read_from_replicas=read_from_replicas,
+                max_redirects=max_redirects,
+                retry_timeout=retry_timeout,
+                refresh_cooldown=refresh_cooldown,
+            )
+            try:
+                cluster._rounds_started += 1
+                try:
+                    await cluster._refresh_once()
+                finally:
+                    cluster._rounds_done += 1
+                yield cluster
+            finally:
+                cluster._close()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        raise unwrap_group(group) from None

@@ -1,0 +1,90 @@
+"""Dialing a transport (TCP, TLS over TCP, a Unix socket) and the small helpers around a
+Trio stream: the socket under it, closing it at once, a readable error message."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Any
+
+import trio
+
+from .._sansio.endpoint import format_host_port
+from .._sansio.errors import ConnectionError, RedisError
+from .._sansio.options import ClientOptions
+
+__all__ = ["close_stream", "describe_error", "open_stream", "socket_of"]
+
+logger = logging.getLogger("trio_maint.connection")
+
+
+def socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType:
+    """The socket under ``stream`` (through TLS layers).
+
+    :raises TypeError: another kind of stream.
+    """
+    inner: Any = stream
+    while isinstance(inner, trio.SSLStream):
+        inner = inner.transport_stream
+    if isinstance(inner, trio.SocketStream):
+        return inner.socket
+    raise TypeError(f"unsupported stream type {type(stream).__name__}")
+
+
+async def open_stream(
+    options: ClientOptions,
+    host: str | None = None,
+    port: int | None = None,
+    *,
+    unix_path: str | None = None,
+) -> trio.abc.Stream:
+    """Dial a transport: TCP, TLS over TCP (``options.ssl``), or a Unix socket.
+
+    No timeout is applied here; the caller wraps it. ``host``/``port`` default to the
+    options' address.
+
+    :raises ConnectionError: the dial or the TLS handshake failed.
+    """
+    host = options.host if host is None else host
+    port = options.port if port is None else port
+    try:
+        if unix_path is not None:
+            return await trio.open_unix_socket(unix_path)
+        tcp = await trio.open_tcp_stream(host, port)
+        if not options.ssl:
+            return tcp
+        tls = trio.SSLStream(
+            tcp,
+            options.make_ssl_context(),
+            server_hostname=options.ssl_server_hostname or host,
+        )
+        try:
+            await tls.do_handshake()
+        except BaseException:
+            await trio.aclose_forcefully(tcp)
+            raise
+        return tls
+    except RedisError:
+        raise
+    except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
+        where = unix_path if unix_path is not None else format_host_port(host, port)
+        raise ConnectionError(f"cannot connect to {where}: {describe_error(exc)}") from exc
+
+
+def describe_error(exc: BaseException) -> str:
+    """A useful message for ``exc``, looking into its cause (trio's BrokenResourceError
+    wraps the real ``OSError``/``SSLError`` without a message of its own)."""
+    text = str(exc)
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and (not text or isinstance(exc, trio.BrokenResourceError)):
+        inner = describe_error(cause)
+        return f"{text}: {inner}" if text else inner
+    return text or type(exc).__name__
+
+
+def close_stream(stream: trio.abc.Stream) -> None:
+    """Close ``stream``'s socket at once (no TLS close_notify); never raises."""
+    try:
+        socket_of(stream).close()
+    except Exception:  # pragma: no cover - closing must never raise
+        logger.debug("error closing a stream", exc_info=True)

@@ -1,0 +1,335 @@
+"""The byte level of a :class:`~trio_maint._net.connection.Connection`: sending a command's
+bytes under a write deadline, receiving replies under a reply deadline (the client's
+:class:`~trio_maint._net.timer.ReplyTimer`, or a cancel scope), taking whole replies from
+the parser, and handing push frames met on the way to the push handler.
+
+:class:`StreamIO` holds the stream, the parser and the deadline settings;
+:class:`~trio_maint._net.connection.Connection` adds its life cycle (dial, handshake,
+handoff, close) and the command API on top.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import select
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast
+
+import trio
+
+from .._sansio.endpoint import format_host_port
+from .._sansio.errors import (
+    ConnectionClosedError,
+    ConnectionError,
+    DataError,
+    RedisError,
+    TimeoutError,
+)
+from .._sansio.options import ClientOptions
+from .._sansio.resp import NEED_DATA, PushNotification, RespParser, RespValue
+from .._sansio.unset import UNSET, Unset
+from .stream import describe_error
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .timer import ReplyTimer
+
+__all__ = ["PushHandler", "StreamIO", "TimeoutPolicy"]
+
+logger = logging.getLogger("trio_maint.connection")
+
+_RECEIVE_SIZE: Final = 65536
+_INF: Final = math.inf
+
+#: ``push_handler(connection, frame)``: called synchronously, without awaiting, for every
+#: RESP3 push frame the connection reads (pub/sub messages, maintenance notifications,
+#: tracking invalidations). It must not block or raise; an exception is logged and dropped.
+PushHandler = Callable[["Connection", list[Any]], None]
+
+
+class TimeoutPolicy(Protocol):
+    """What a connection asks for its effective timeout (the maintenance layer's
+    relaxed timeouts implement it)."""
+
+    def effective(self, configured: float | None, now: float) -> float | None:
+        """The timeout to use for the next read/write, given the configured one (seconds,
+        ``None`` = no timeout) and the current Trio time."""
+        ...
+
+
+class StreamIO:
+    """One stream and its RESP3 parser: the send and receive paths of a connection.
+
+    Not used on its own: :class:`~trio_maint._net.connection.Connection` sets every
+    attribute in its constructor.
+    """
+
+    __slots__ = (
+        "_fileno",
+        "_parser",
+        "_stream",
+        "_timed_out",
+        "host",
+        "id",
+        "options",
+        "port",
+        "push_handler",
+        "reply_timer",
+        "timeouts",
+        "unix_path",
+    )
+
+    id: int
+    options: ClientOptions
+    host: str
+    port: int
+    unix_path: str | None
+    push_handler: PushHandler | None
+    timeouts: TimeoutPolicy | None
+    reply_timer: ReplyTimer | None
+    _stream: trio.abc.Stream | None
+    _fileno: int
+    _parser: RespParser
+    _timed_out: bool
+
+    @property
+    def endpoint_text(self) -> str:
+        """The current endpoint as ``host:port`` or the Unix socket path."""
+        if self.unix_path is not None:
+            return self.unix_path
+        return format_host_port(self.host, self.port)
+
+    def _deadline(self, configured: float | None) -> float:
+        policy = self.timeouts
+        if policy is not None:
+            configured = policy.effective(configured, trio.current_time())
+        if configured is None:
+            return _INF
+        return trio.current_time() + configured
+
+    async def _send(
+        self,
+        stream: trio.abc.Stream,
+        data: bytes,
+        configured: float | None,
+        *,
+        reply_follows: bool = False,
+    ) -> None:
+        try:
+            if reply_follows and type(stream) is trio.SocketStream:
+                # Fast path (plain sockets, before reading a reply): a command almost
+                # always fits in the socket buffer, so write it at once, without a cancel
+                # scope or Trio's socket wrappers; what did not fit goes through send_all
+                # below. Not a schedule point itself: the reply's receive that follows
+                # always is one (and a cancelled caller writes nothing).
+                await trio.lowlevel.checkpoint_if_cancelled()
+                fd = stream.socket.fileno()
+                if fd < 0:
+                    raise trio.ClosedResourceError
+                try:
+                    sent = os.write(fd, data)
+                except BlockingIOError:
+                    sent = 0
+                if sent == len(data):
+                    return
+                data = data[sent:]
+            deadline = self._deadline(configured)
+            if deadline == _INF:
+                await stream.send_all(data)
+                return
+            with trio.move_on_at(deadline) as scope:
+                await stream.send_all(data)
+            if scope.cancelled_caught:
+                raise TimeoutError(f"writing to {self.endpoint_text} timed out")
+        except RedisError:
+            raise
+        except (trio.BrokenResourceError, OSError) as exc:
+            # The fast path's failed write was no schedule point (see
+            # connection._unsent_checkpoint).
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            raise ConnectionError(
+                f"lost connection to {self.endpoint_text}: {describe_error(exc)}"
+            ) from exc
+        except trio.ClosedResourceError as exc:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            raise ConnectionClosedError(f"connection {self.id} was closed") from exc
+
+    def _next_parsed(self) -> RespValue:
+        # RespParser.next_reply, inlined (one Python frame less per reply).
+        parser = self._parser
+        try:
+            return parser._gets()
+        except UnicodeDecodeError as exc:
+            # hiredis skipped the rest of this reply: the stream is still in sync.
+            return DataError(f"reply could not be decoded as {self.options.encoding}: {exc}")
+        except Exception as exc:
+            raise parser.failure(exc)  # failure() chains the cause
+
+    def _take_replies(self, replies: list[RespValue], count: int) -> bool:
+        """Append whole replies buffered to ``replies`` until it holds ``count`` (a
+        pipeline's path: one batch call into hiredis, see :meth:`RespParser.take_replies`),
+        handing push frames among them to ``push_handler`` instead. Never takes a byte
+        past the ``count``-th reply. Returns whether a push frame was handed on."""
+        pushed = False
+        while True:
+            start = len(replies)
+            wanted = count - start
+            if wanted <= 0 or not self._parser.take_replies(replies, wanted):
+                return pushed
+            taken = replies[start:]
+            types = list(map(type, taken))
+            try:
+                index = types.index(PushNotification)
+            except ValueError:
+                return pushed
+            # Take the push frames out (list.index and slices: no Python step per reply).
+            del replies[start + index :]
+            while True:
+                self._parser.pushes_taken(1)
+                self.dispatch_push(taken[index])
+                pos = index + 1
+                try:
+                    index = types.index(PushNotification, pos)
+                except ValueError:
+                    replies.extend(taken[pos:])
+                    break
+                replies.extend(taken[pos:index])
+            pushed = True
+            if len(taken) < wanted:  # the buffer is drained
+                return pushed
+
+    async def _read_reply(
+        self, configured: float | None, reply: RespValue | Literal[Unset.UNSET] = UNSET
+    ) -> RespValue:
+        """The next reply, waiting for it; ``reply``: what the caller just parsed (default:
+        parse first)."""
+        if reply is UNSET:
+            reply = self._next_reply()
+            if reply is not NEED_DATA and reply.__class__ is not PushNotification:
+                return reply
+        deadline = self._deadline(configured)
+        while True:
+            if reply is NEED_DATA:
+                await self._receive(deadline)
+            elif reply.__class__ is PushNotification:
+                self._parser.pushes_taken(1)
+                self.dispatch_push(reply)
+                # A push frame re-arms the reply's deadline, and its relaxation applies now.
+                deadline = self._deadline(configured)
+            else:
+                return reply
+            reply = self._next_reply()
+
+    def _next_reply(self) -> RespValue:
+        # _next_parsed for a reply: an undecodable frame that may have been a push frame
+        # raises ProtocolError (RespParser.undecodable) rather than take the reply's place.
+        parser = self._parser
+        try:
+            return parser._gets()
+        except UnicodeDecodeError as exc:
+            return parser.undecodable(exc)
+        except Exception as exc:
+            raise parser.failure(exc)  # failure() chains the cause
+
+    async def _receive(self, deadline: float) -> None:
+        stream = self._stream
+        if stream is None:
+            raise ConnectionClosedError(f"connection {self.id} is closed")
+        data: bytes | bytearray
+        try:
+            if type(stream) is trio.SocketStream:
+                # Fast path (plain sockets): wait until readable, then one read(), without
+                # the failed first recv() and the wrappers of SocketStream.receive_some.
+                # Cancellation can only happen in the wait, before anything was read.
+                sock = stream.socket
+                timer = self.reply_timer
+                if deadline == _INF:
+                    await trio.lowlevel.wait_readable(sock)
+                elif timer is not None and timer.running:
+                    # The pool's timer bounds the wait: no cancel scope per reply.
+                    self._timed_out = False
+                    timer.arm(self, deadline)
+                    try:
+                        await trio.lowlevel.wait_readable(sock)
+                    except trio.ClosedResourceError:
+                        if self._timed_out:
+                            raise TimeoutError(
+                                f"no reply from {self.endpoint_text} within the socket timeout"
+                            ) from None
+                        if timer.stopped() and self._stream is stream and sock.fileno() >= 0:
+                            # The timer stopped (its client is closing) while this wait was
+                            # armed: a spurious wakeup; the caller waits again, under a
+                            # cancel scope.
+                            return
+                        raise
+                    finally:
+                        timer.disarm(self)
+                else:
+                    with trio.move_on_at(deadline) as scope:
+                        await trio.lowlevel.wait_readable(sock)
+                    if scope.cancelled_caught:
+                        raise TimeoutError(
+                            f"no reply from {self.endpoint_text} within the socket timeout"
+                        )
+                fd = sock.fileno()
+                if fd < 0:
+                    raise trio.ClosedResourceError
+                try:
+                    data = os.read(fd, _RECEIVE_SIZE)
+                except BlockingIOError:  # pragma: no cover - a spurious wakeup: wait again
+                    return
+            elif deadline == _INF:
+                data = await stream.receive_some(_RECEIVE_SIZE)
+            else:
+                data = b""
+                with trio.move_on_at(deadline) as scope:
+                    data = await stream.receive_some(_RECEIVE_SIZE)
+                if scope.cancelled_caught:
+                    raise TimeoutError(
+                        f"no reply from {self.endpoint_text} within the socket timeout"
+                    )
+        except RedisError:
+            raise
+        except (trio.BrokenResourceError, OSError) as exc:
+            raise ConnectionError(
+                f"lost connection to {self.endpoint_text}: {describe_error(exc)}"
+            ) from exc
+        except trio.ClosedResourceError as exc:
+            raise ConnectionClosedError(f"connection {self.id} was closed") from exc
+        if not data:
+            raise ConnectionError(f"server {self.endpoint_text} closed the connection")
+        self._parser.feed(data)  # raises ProtocolError on a RESP3 attribute frame
+
+    def _wake_reply_wait(self, *, timed_out: bool) -> None:
+        """Called by the :class:`ReplyTimer`: wake this connection's armed reply wait. It
+        then raises ``TimeoutError`` (``timed_out``), or, when the timer is stopping, goes
+        on under a cancel scope of its own."""
+        self._timed_out = timed_out
+        stream = self._stream
+        if type(stream) is trio.SocketStream:
+            trio.lowlevel.notify_closing(stream.socket)
+
+    def dispatch_push(self, frame: list[Any]) -> None:
+        """Hand one push frame to ``push_handler`` (logged and dropped when there is
+        none, or when the handler raises)."""
+        handler = self.push_handler
+        if handler is None:
+            logger.debug("connection %d: push frame with no handler: %.200r", self.id, frame)
+            return
+        try:
+            handler(cast("Connection", self), frame)
+        except Exception:
+            logger.exception("connection %d: push handler failed on %.200r", self.id, frame)
+
+    def has_input(self) -> bool:
+        """Whether bytes wait to be read (on the socket or buffered), without reading."""
+        return self._readable() or self._parser.has_data()
+
+    def _readable(self) -> bool:
+        if self._fileno < 0:
+            return False
+        poller = select.poll()
+        poller.register(self._fileno, select.POLLIN)
+        return bool(poller.poll(0))

@@ -1,0 +1,230 @@
+"""Client options and Redis URL parsing (sans-IO: no Trio imports).
+
+URLs are parsed as redis-py parses them: ``redis://[[user]:password@]host[:port][/db]``,
+``rediss://`` for TLS, and ``unix:///path/to/socket?db=N``, with query parameters for
+timeouts, the pool and reply decoding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from ssl import SSLContext, create_default_context
+from typing import Any, SupportsFloat, SupportsIndex
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import attrs
+
+from .config import MaintConfig
+from .endpoint import format_host_port
+
+__all__ = ["ClientOptions", "parse_url"]
+
+
+def _check_timeout(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (math.isnan(value) or value <= 0):
+        raise ValueError(f"{attribute.name} must be a positive number of seconds or None")
+
+
+def _check_non_negative(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+def _check_maintenance(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not isinstance(value, MaintConfig):
+        raise TypeError(f"maintenance must be a MaintConfig or None, got {type(value).__name__}")
+
+
+def _optional_float(value: str | SupportsFloat | SupportsIndex | None) -> float | None:
+    if value is None:
+        return None
+    return float(value)
+
+
+@attrs.frozen(kw_only=True)
+class ClientOptions:
+    """Everything :func:`trio_maint.open_redis` needs to reach a server and size its pool.
+
+    Build one directly or with :meth:`from_url`. Invalid values raise ``ValueError`` naming
+    the field, at construction.
+
+    Attributes (times are seconds as ``float``; ``None`` means "no timeout"):
+
+    * ``host`` (``str``, default ``"localhost"``), ``port`` (``int``, default 6379), or
+      ``unix_path`` (``str``) for a Unix socket (``host``/``port`` are then ignored).
+    * ``db`` (``int``, default 0): selected with ``SELECT`` in the handshake when not 0.
+    * ``username`` / ``password`` (``str | None``): sent with ``HELLO 3 AUTH``.
+    * ``client_name`` (``str | None``): sent with ``HELLO 3 SETNAME``.
+    * ``ssl`` (``bool``): TLS (``rediss://``); ``ssl_context`` (:class:`ssl.SSLContext`,
+      default :func:`ssl.create_default_context`); ``ssl_server_hostname`` (``str | None``,
+      default ``host``).
+    * ``connect_timeout`` (default 5.0): dialing plus the handshake.
+    * ``socket_timeout`` (default 5.0): each write, and the wait for each reply.
+    * ``decode_responses`` (``bool``, default False): replies as ``str`` (UTF-8) rather than
+      ``bytes``.
+    * ``pool_size`` (``int``, default 10): most connections kept, idle plus in use.
+    * ``max_active_conns`` (``int``, default 0 = no cap): hard cap on every open connection,
+      including ones being handed off.
+    * ``min_idle_conns`` (``int``, default 0): idle connections kept open ahead of need.
+    * ``conn_max_idle_time`` (default 300.0 seconds, ``None`` = forever): an idle connection
+      older than this is closed instead of reused.
+    * ``pool_timeout`` (default 5.0): longest wait for a free connection, then
+      :class:`~trio_maint.PoolTimeoutError`.
+    * ``maintenance`` (:class:`~trio_maint.MaintConfig` or ``None`` for the defaults):
+      maintenance-notification handling, see docs/maintenance.md.
+    """
+
+    host: str = "localhost"
+    port: int = attrs.field(default=6379, converter=int)
+    unix_path: str | None = None
+    db: int = attrs.field(default=0, converter=int, validator=_check_non_negative)
+    username: str | None = None
+    password: str | None = attrs.field(default=None, repr=False)
+    client_name: str | None = None
+    ssl: bool = False
+    ssl_context: SSLContext | None = None
+    ssl_server_hostname: str | None = None
+    connect_timeout: float | None = attrs.field(
+        default=5.0, converter=_optional_float, validator=_check_timeout
+    )
+    socket_timeout: float | None = attrs.field(
+        default=5.0, converter=_optional_float, validator=_check_timeout
+    )
+    decode_responses: bool = False
+    pool_size: int = attrs.field(default=10, converter=int)
+    max_active_conns: int = attrs.field(default=0, converter=int, validator=_check_non_negative)
+    min_idle_conns: int = attrs.field(default=0, converter=int, validator=_check_non_negative)
+    conn_max_idle_time: float | None = attrs.field(
+        default=300.0, converter=_optional_float, validator=_check_timeout
+    )
+    pool_timeout: float | None = attrs.field(
+        default=5.0, converter=_optional_float, validator=_check_timeout
+    )
+    maintenance: MaintConfig | None = attrs.field(default=None, validator=_check_maintenance)
+
+    @pool_size.validator
+    def _check_pool_size(self, attribute: attrs.Attribute[int], value: int) -> None:
+        if value < 1:
+            raise ValueError(f"pool_size must be >= 1, got {value!r}")
+
+    def __attrs_post_init__(self) -> None:
+        if not (0 <= self.port <= 65535):
+            raise ValueError(f"port must be in 0..65535, got {self.port!r}")
+        if self.max_active_conns and self.max_active_conns < self.min_idle_conns:
+            raise ValueError("max_active_conns must be >= min_idle_conns")
+        if self.min_idle_conns > self.pool_size:
+            raise ValueError("min_idle_conns must be <= pool_size")
+        if self.unix_path is not None and self.ssl:
+            raise ValueError("ssl cannot be used with a Unix socket")
+
+    @property
+    def encoding(self) -> str | None:
+        """``"utf-8"`` when ``decode_responses`` is set, else ``None``."""
+        return "utf-8" if self.decode_responses else None
+
+    @property
+    def address_text(self) -> str:
+        """The configured address as text: ``host:port`` or the socket path."""
+        if self.unix_path is not None:
+            return self.unix_path
+        return format_host_port(self.host, self.port)
+
+    def make_ssl_context(self) -> SSLContext:
+        """The TLS context to use: ``ssl_context`` or a default verifying context."""
+        return self.ssl_context if self.ssl_context is not None else create_default_context()
+
+    @classmethod
+    def from_url(cls, url: str, **overrides: Any) -> ClientOptions:
+        """Parse a Redis URL into options; keyword ``overrides`` win over the URL.
+
+        :raises ValueError: unknown scheme, unknown query parameter, or a bad value.
+        """
+        return cls(**{**parse_url(url), **overrides})
+
+
+def _to_bool(value: str) -> bool:
+    low = value.lower()
+    if low in ("1", "true", "yes", "on", "y"):
+        return True
+    if low in ("0", "false", "no", "off", "n"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def _to_timeout(value: str) -> float | None:
+    if value.lower() in ("", "none", "null"):
+        return None
+    return float(value)
+
+
+_QUERY_PARAMS: Mapping[str, Callable[[str], Any]] = {
+    "db": int,
+    "socket_timeout": _to_timeout,
+    "socket_connect_timeout": _to_timeout,
+    "connect_timeout": _to_timeout,
+    "pool_timeout": _to_timeout,
+    "conn_max_idle_time": _to_timeout,
+    "pool_size": int,
+    "max_connections": int,
+    "max_active_conns": int,
+    "min_idle_conns": int,
+    "decode_responses": _to_bool,
+    "client_name": str,
+    "username": str,
+    "password": str,
+    "ssl_server_hostname": str,
+}
+
+_ALIASES = {"socket_connect_timeout": "connect_timeout", "max_connections": "pool_size"}
+
+
+def parse_url(url: str) -> dict[str, Any]:
+    """Parse a Redis URL into keyword arguments for :class:`ClientOptions`.
+
+    Accepts ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) and
+    ``unix://[[user]:password@]/path?db=N``; user and password are percent-decoded.
+
+    :raises ValueError: unknown scheme or query parameter, or a value that does not parse.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(
+            f"invalid Redis URL scheme {parts.scheme!r}: expected redis://, rediss:// or unix://"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, values in parse_qs(parts.query, keep_blank_values=True).items():
+        conv = _QUERY_PARAMS.get(name)
+        if conv is None:
+            raise ValueError(f"unknown Redis URL query parameter {name!r} in {url!r}")
+        try:
+            kwargs[_ALIASES.get(name, name)] = conv(values[-1])
+        except ValueError as exc:
+            raise ValueError(f"invalid value for URL parameter {name!r}: {exc}") from None
+    if parts.username:
+        kwargs["username"] = unquote(parts.username)
+    if parts.password:
+        kwargs["password"] = unquote(parts.password)
+    if scheme == "unix":
+        if not parts.path:
+            raise ValueError(f"unix:// URL without a socket path: {url!r}")
+        kwargs["unix_path"] = unquote(parts.path)
+        return kwargs
+    if parts.hostname:
+        kwargs["host"] = unquote(parts.hostname)
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"invalid port in Redis URL {url!r}: {exc}") from None
+    if port is not None:
+        kwargs["port"] = port
+    path = parts.path.lstrip("/")
+    if path and "db" not in kwargs:
+        try:
+            kwargs["db"] = int(path)
+        except ValueError:
+            raise ValueError(f"invalid database number {path!r} in Redis URL") from None
+    if scheme == "rediss":
+        kwargs["ssl"] = True
+    return kwargs
