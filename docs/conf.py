@@ -38,7 +38,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(MAINTENANCE_PUSH_NAMES|unix_path|StringStyle|NullStyle)"),
     (r"py:.*", r"completed_handoffs /"),
     (r"py:.*", r"(Dialer|open|TimeoutPolicy|HandshakeHook|describe_shape|feed|at_boundary)"),
-    (r"py:.*", r"(Action|trio_maint\.Connection|Connection|StreamIO|Unset)"),
+    (r"py:.*", r"(Action|trio_maint\.Connection|Connection|StreamIO|Unset|ReplyWaiter)"),
 ]
 
 html_theme = "alabaster"

@@ -445,12 +445,12 @@ async def test_reply_timer_wakes_each_armed_wait_at_its_deadline(
         await trio.testing.wait_all_tasks_blocked()
         assert timer.running
         t0 = trio.current_time()
-        timer.arm(a, t0 + 5)  # type: ignore[arg-type]
-        timer.arm(b, t0 + 2)  # type: ignore[arg-type]  # earlier: the timer re-arms
-        timer.arm(c, t0 + 3)  # type: ignore[arg-type]
-        timer.disarm(c)  # type: ignore[arg-type]  # its wait ended: never fires
+        timer.arm(a, t0 + 5)
+        timer.arm(b, t0 + 2)  # earlier: the timer re-arms
+        timer.arm(c, t0 + 3)
+        timer.disarm(c)  # its wait ended: never fires
         await trio.sleep(2.5)
-        timer.arm(d, t0 + 2.75)  # type: ignore[arg-type]  # shorter than a's, armed later
+        timer.arm(d, t0 + 2.75)  # shorter than a's, armed later
         await trio.sleep(10)
         assert timer._armed == {}
         nursery.cancel_scope.cancel()

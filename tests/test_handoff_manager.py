@@ -73,14 +73,21 @@ class Harness:
         self.failed.append((conn.id, error))
 
     def manager(
-        self, config: MaintConfig | None = None, **kwargs: object
+        self,
+        config: MaintConfig | None = None,
+        *,
+        breakers: BreakerRegistry | None = None,
+        pool_size: int = 0,
+        max_active_conns: int = 0,
     ) -> HandoffManager[FakeConn]:
         return HandoffManager(
             config or MaintConfig(max_workers=4, handoff_queue_size=10),
             perform=self.perform,
             on_success=self.on_success,
             on_failure=self.on_failure,
-            **kwargs,  # type: ignore[arg-type]
+            breakers=breakers,
+            pool_size=pool_size,
+            max_active_conns=max_active_conns,
         )
 
 

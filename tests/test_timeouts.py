@@ -12,6 +12,7 @@ from trio_maint._sansio.notifications import (
     Migrated,
     Migrating,
     Moving,
+    Notification,
     SMigrated,
     SMigrating,
 )
@@ -57,11 +58,11 @@ def test_nested_windows_are_counted() -> None:
         (Migrating(1), FailedOver(2)),
     ],
 )
-def test_on_notification(opening: object, closing: object) -> None:
+def test_on_notification(opening: Notification, closing: Notification) -> None:
     t = RelaxedTimeouts(10.0)
-    assert t.on_notification(opening, 0.0)  # type: ignore[arg-type]
+    assert t.on_notification(opening, 0.0)
     assert t.is_relaxed(0.0)
-    assert t.on_notification(closing, 1.0)  # type: ignore[arg-type]
+    assert t.on_notification(closing, 1.0)
     assert not t.is_relaxed(1.0)
 
 

@@ -6,7 +6,7 @@ This module is the user API, flat; :mod:`trio_maint.lowlevel` holds the advanced
 :mod:`trio_maint.testing` the test tools. The implementation is layered, each layer
 importing only the ones below it (docs/architecture.md)::
 
-    _cli        the trio-maint command (public API and testing only)
+    _cli        the trio-maint command (uses the public API and testing)
     _cluster    RedisCluster, open_redis_cluster, ClusterPipeline, ClusterPubSub
     _client     Redis, open_redis, Pipeline, PubSub
     _maint      MaintenanceHandler, HandoffManager, events, hooks
@@ -14,7 +14,8 @@ importing only the ones below it (docs/architecture.md)::
     _sansio     errors, RESP, commands and replies, options, notifications, endpoints,
                 config, circuit breakers, relaxed timeouts, slots (no Trio)
 
-``testing`` uses ``_sansio`` and the public API.
+``testing`` uses ``_sansio`` and the public API; ``testing`` and ``_cli`` also use
+``_net.groups``, the one helper that unwraps exception groups.
 """
 
 from . import lowlevel as lowlevel

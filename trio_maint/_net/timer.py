@@ -4,16 +4,20 @@ connections (docs/performance.md)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 import trio
 
-if TYPE_CHECKING:
-    from .wire import StreamIO
-
-__all__ = ["ReplyTimer"]
+__all__ = ["ReplyTimer", "ReplyWaiter"]
 
 _INF: Final = math.inf
+
+
+class ReplyWaiter(Protocol):
+    """What the timer needs of a connection (:class:`~trio_maint.lowlevel.Connection`)."""
+
+    def _wake_reply_wait(self, *, timed_out: bool) -> None:
+        """Wake this connection's armed reply wait (see :class:`ReplyTimer`)."""
 
 
 class ReplyTimer:
@@ -33,14 +37,14 @@ class ReplyTimer:
     __slots__ = ("_armed", "_next_wake", "_scope", "running")
 
     def __init__(self) -> None:
-        self._armed: dict[StreamIO, float] = {}
+        self._armed: dict[ReplyWaiter, float] = {}
         #: Never later than the earliest deadline armed (it may be earlier: a stale wake).
         self._next_wake = _INF
         self._scope: trio.CancelScope | None = None
         #: True while :meth:`run` runs; connections only arm a running timer.
         self.running = False
 
-    def arm(self, conn: StreamIO, deadline: float) -> None:
+    def arm(self, conn: ReplyWaiter, deadline: float) -> None:
         """Register ``conn``'s reply deadline (Trio time, ``float`` seconds).
 
         :raises ValueError: ``deadline`` is NaN (as a cancel scope refuses it: armed, it
@@ -59,7 +63,7 @@ class ReplyTimer:
         was)."""
         return not self.running
 
-    def disarm(self, conn: StreamIO) -> None:
+    def disarm(self, conn: ReplyWaiter) -> None:
         """Forget ``conn``'s deadline (its wait ended); idempotent."""
         self._armed.pop(conn, None)
 
