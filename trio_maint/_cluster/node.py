@@ -36,6 +36,7 @@ class Node:
 
     @property
     def name(self) -> str:
+        """``host:port`` of the node, its key in the cluster client."""
         return self.info.name
 
 
