@@ -184,7 +184,7 @@ async def _round(
                     "id": c.id,
                     "endpoint": c.endpoint_text,
                     "in_use": c.in_use,
-                    "handoff": repr(c.handoff),
+                    "handoff": repr(r.maintenance.handoff_target(c) if r.maintenance else None),
                 }
                 for c in conns
                 if c.port != b_port

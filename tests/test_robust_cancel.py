@@ -103,7 +103,8 @@ def check_pool(r: trio_maint.Redis) -> None:
         assert pool._active.value == pool.max_active_conns - stats.total
     for conn in pool.connections:
         assert conn.usable and not conn.in_use, conn
-        assert conn.handoff is None, f"{conn} still marked for handoff"
+        handler = r.maintenance
+        assert handler is None or handler.handoff_target(conn) is None, f"{conn} still marked"
 
 
 async def one_op(r: trio_maint.Redis, token: str, kind: int, acked: dict[str, str]) -> None:
@@ -241,10 +242,11 @@ async def settle(r: trio_maint.Redis) -> None:
     assert manager is not None
     with trio.fail_after(20):
         while True:
-            stats = manager.stats()
-            if stats.pending == 0 and stats.scheduled == 0:
+            assert r.maintenance is not None
+            handler = r.maintenance
+            if manager.stats().pending == 0 and handler.state.pending_handoffs == 0:
                 # A marked idle connection is queued when next borrowed: borrow them all.
-                marked = [c for c in r.pool.idle_connections if c.handoff is not None]
+                marked = [c for c in r.pool.idle_connections if handler.handoff_target(c)]
                 if not marked:
                     return
                 async with trio.open_nursery() as nursery:
@@ -351,24 +353,25 @@ async def test_pubsub_resubscribes_after_a_cancelled_reconnect(r: trio_maint.Red
             await ps.subscribe("rc:deaf")
             assert await ps.get_message(timeout=0.2) is None
             for cancel_in in ("connect", "resubscribe"):
-                ps.reconnect_soon()
+                assert ps.connection is not None
+                ps.connection.close_nowait()  # lost: reconnect and resubscribe
                 if cancel_in == "connect":
                     delay[0] = 5.0
                     with trio.move_on_after(0.1):
                         await ps.get_message()
                 else:
                     with trio.CancelScope() as scope:
-                        real = ps.resubscribe
+                        real = ps._subscribe_all  # the resubscription after a reconnect
 
                         async def cancelled_resubscribe(
-                            scope: trio.CancelScope = scope, real: Any = real
+                            conn: Connection, scope: trio.CancelScope = scope, real: Any = real
                         ) -> None:
                             scope.cancel()
-                            await real()
+                            await real(conn)
 
-                        ps.resubscribe = cancelled_resubscribe  # type: ignore[method-assign]
+                        ps._subscribe_all = cancelled_resubscribe  # type: ignore[method-assign]
                         await ps.get_message()
-                    del ps.resubscribe
+                    del ps._subscribe_all
                 delay[0] = 0.0
                 assert await ps.get_message(timeout=0.2) is None  # reconnects
                 await r.publish("rc:deaf", cancel_in)

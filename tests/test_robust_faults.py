@@ -90,7 +90,9 @@ async def wait_for(predicate: object, timeout: float = 10.0) -> None:
 def check_pool(r: trio_maint.Redis) -> None:
     stats = r.pool.stats()
     assert stats.in_use == 0 and stats.total == stats.idle, stats
-    assert all(c.usable and c.handoff is None for c in r.pool.connections)
+    handler = r.maintenance
+    assert all(c.usable for c in r.pool.connections)
+    assert handler is None or all(handler.handoff_target(c) is None for c in r.pool.connections)
 
 
 # ---------------------------------------------------------------------- mid-reply
@@ -246,7 +248,7 @@ async def _moving_to_bad_endpoint(sim: MaintenanceSimulator, port: int) -> trio_
             load.stop.set()
         assert load.errors == []
         await load.check_no_write_lost()
-        (stats,) = [s for s in handler.manager.circuit_breaker_stats() if s.endpoint.port == port]
+        (stats,) = [s for s in handler.circuit_breaker_stats() if s.endpoint.port == port]
         assert stats.state is BreakerState.OPEN, stats
         assert all(c.port == sim.port for c in r.pool.connections)
         assert handler.state.pending_handoffs == 0

@@ -4,7 +4,9 @@ benchmark). Most programs need only :mod:`trio_maint`.
 
 * connections and the pool: :class:`Connection`, :class:`ReplyTimer`,
   :class:`ConnectionPool`, :class:`PoolHook`, :class:`Disposition`, :class:`PoolStats`;
-* handoffs: :class:`HandoffManager`, :class:`HandoffStats`;
+* the maintenance decisions: :class:`MaintenanceMachine` (sans-IO) and its values
+  (:mod:`trio_maint._sansio.maint_types`: :class:`Phase`, :class:`Outcome`, the actions);
+* handoffs: :class:`HandoffManager`, :func:`open_handoff_manager`, :class:`HandoffStats`;
 * circuit breakers: :class:`CircuitBreaker`, :class:`BreakerRegistry`,
   :class:`BreakerState`, :class:`BreakerStats`;
 * relaxed timeouts: :class:`RelaxedTimeouts`, :class:`RelaxationState`;
@@ -12,34 +14,74 @@ benchmark). Most programs need only :mod:`trio_maint`.
 * RESP: :class:`RespParser`, :func:`encode_command`.
 """
 
-from ._maint.jobs import HandoffStats
-from ._maint.workers import HandoffManager
+from ._maint.workers import HandoffManager, HandoffStats, open_handoff_manager
 from ._net.connection import Connection
 from ._net.pool import ConnectionPool, Disposition, PoolHook, PoolStats
 from ._net.timer import ReplyTimer
 from ._sansio.breaker import BreakerRegistry, BreakerState, BreakerStats, CircuitBreaker
+from ._sansio.maint import MaintenanceMachine
+from ._sansio.maint_types import (
+    Action,
+    CancelHandoff,
+    ConnKind,
+    Discard,
+    Emit,
+    GiveBack,
+    MachineState,
+    MovingSeen,
+    Outcome,
+    Phase,
+    ReadonlyVerdict,
+    Relax,
+    Restore,
+    ScheduleTimer,
+    SetDialTarget,
+    StartHandoff,
+    TakeIdle,
+    Verdict,
+)
 from ._sansio.notifications import Malformed, SlotMove, parse_notification
 from ._sansio.resp import RespParser, encode_command
 from ._sansio.timeouts import RelaxationState, RelaxedTimeouts
 
 __all__ = [
+    "Action",
     "BreakerRegistry",
     "BreakerState",
     "BreakerStats",
+    "CancelHandoff",
     "CircuitBreaker",
+    "ConnKind",
     "Connection",
     "ConnectionPool",
+    "Discard",
     "Disposition",
+    "Emit",
+    "GiveBack",
     "HandoffManager",
     "HandoffStats",
+    "MachineState",
+    "MaintenanceMachine",
     "Malformed",
+    "MovingSeen",
+    "Outcome",
+    "Phase",
     "PoolHook",
     "PoolStats",
+    "ReadonlyVerdict",
+    "Relax",
     "RelaxationState",
     "RelaxedTimeouts",
     "ReplyTimer",
     "RespParser",
+    "Restore",
+    "ScheduleTimer",
+    "SetDialTarget",
     "SlotMove",
+    "StartHandoff",
+    "TakeIdle",
+    "Verdict",
     "encode_command",
+    "open_handoff_manager",
     "parse_notification",
 ]

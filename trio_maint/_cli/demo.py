@@ -214,10 +214,7 @@ class _Demo:
                 self.on_event(event)
 
     def watch_breakers(self, handler: MaintenanceHandler) -> None:
-        manager = handler.manager
-        if manager is None:
-            return
-        for stats in manager.circuit_breaker_stats():
+        for stats in handler.circuit_breaker_stats():
             key = str(stats.endpoint)
             state = stats.state.value
             if self.breaker_states.get(key, "closed") != state:
@@ -565,7 +562,7 @@ async def _drive(
                             "state": b.state.value,
                             "opened": b.opened,
                         }
-                        for b in handler.manager.circuit_breaker_stats()
+                        for b in handler.circuit_breaker_stats()
                     ]
                 nursery.cancel_scope.cancel()
         if cfg.scenario in ("failover", "unreachable"):

@@ -77,9 +77,11 @@ class PubSub:
         *,
         ignore_subscribe_messages: bool = False,
         connection_factory: Callable[[], Any] | None = None,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self._options = options
         self._factory = connection_factory
+        self._on_close = on_close
         self.ignore_subscribe_messages = ignore_subscribe_messages
         self.channels: set[Any] = set()
         self.patterns: set[Any] = set()
@@ -87,7 +89,6 @@ class PubSub:
         self._conn: Connection | None = None
         self._closed = False
         self._connect_lock = trio.Lock()
-        self._reconnect = False
         self._resubscribe = False  # a reconnect happened: subscribe again
 
     @property
@@ -124,56 +125,77 @@ class PubSub:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close_nowait()
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
 
     def _is_closed(self) -> bool:
         # A call, so that type checkers do not assume ``_closed`` unchanged across awaits.
         return self._closed
 
-    def reconnect_soon(self) -> None:
-        """Replace the subscriber connection by a new one (from the connection factory)
-        before the next read or command, then :meth:`resubscribe` once. Synchronous; used
-        by the maintenance layer when the endpoint moves (MOVING)."""
-        self._reconnect = True
-
     async def _connection(self) -> Connection:
         if self._closed:
             raise ConnectionClosedError("this PubSub is closed")
         async with self._connect_lock:
-            if self._reconnect:
-                self._reconnect = False
-                if self._conn is not None:
-                    self._conn.close_nowait()
-                    self._conn = None
-                    self._resubscribe = True
-            if self._conn is None or not self._conn.usable:
-                if self._conn is not None:
-                    # Lost (or cancelled mid-record on TLS): reconnect and resubscribe.
-                    self._conn.close_nowait()
-                    self._conn = None
-                    self._resubscribe = True
-                if self._factory is not None:
-                    new = await self._factory()
-                else:
-                    new = await Connection.open(self._options)
-                if self._is_closed():  # closed while connecting
-                    new.close_nowait()
-                    raise ConnectionClosedError("this PubSub is closed")
-                self._conn = new
-            conn = self._conn
+            return await self._connected()
+
+    async def _connected(self) -> Connection:
+        """The connection, (re)connected and resubscribed if needed; the caller holds
+        ``_connect_lock``."""
+        if self._conn is None or not self._conn.usable:
+            if self._conn is not None:
+                # Lost (or cancelled mid-record on TLS): reconnect and resubscribe.
+                self._conn.close_nowait()
+                self._conn = None
+                self._resubscribe = True
+            if self._factory is not None:
+                new = await self._factory()
+            else:
+                new = await Connection.open(self._options)
+            if self._is_closed():  # closed while connecting
+                new.close_nowait()
+                raise ConnectionClosedError("this PubSub is closed")
+            self._conn = new
+        conn = self._conn
         if self._resubscribe:
             # Kept until it is done: a reconnect or resubscription that is cancelled or
             # fails is completed by the next call, so the subscriptions are never lost.
             self._resubscribe = False
             try:
-                await self.resubscribe()
+                await self._subscribe_all(conn)
             except BaseException:
                 self._resubscribe = True
                 raise
         return conn
 
-    async def _send(self, *args: Any) -> None:
-        conn = await self._connection()
-        await conn.send_only(tuple(args))
+    async def adopt_connection(self, conn: Connection) -> None:
+        """Make ``conn`` (a new connection, handshaken) the subscriber connection after a
+        maintenance handoff: it is subscribed to every channel, pattern and shard channel
+        first, then the previous connection is closed (make-before-break: no message is
+        lost in between, some may arrive twice). Its subscribe confirmations arrive again.
+
+        :raises ConnectionClosedError: this PubSub is closed (``conn`` is left open).
+        :raises ConnectionError, TimeoutError: subscribing ``conn`` failed.
+        """
+        async with self._connect_lock:
+            if self._closed:
+                raise ConnectionClosedError("this PubSub is closed")
+            await self._subscribe_all(conn)
+            old, self._conn = self._conn, conn
+            self._resubscribe = False
+        if old is not None:
+            old.close_nowait()  # a reader waiting on it moves to ``conn``
+
+    async def _send(self, *args: Any, then: Callable[[], None] | None = None) -> None:
+        """Send a command on the subscriber connection; ``then()`` records its effect on
+        the subscription sets while no handoff can swap the connection."""
+        if self._closed:
+            raise ConnectionClosedError("this PubSub is closed")
+        async with self._connect_lock:
+            conn = await self._connected()
+            await conn.send_only(tuple(args))
+            if then is not None:
+                then()
 
     async def subscribe(self, *channels: KeyT) -> None:
         """``SUBSCRIBE channel [channel ...]``; confirmations arrive as messages.
@@ -182,46 +204,33 @@ class PubSub:
         """
         if not channels:
             raise ValueError("subscribe() needs at least one channel")
-        await self._send("SUBSCRIBE", *channels)
-        self.channels.update(channels)
+        await self._send("SUBSCRIBE", *channels, then=lambda: self.channels.update(channels))
 
     async def unsubscribe(self, *channels: KeyT) -> None:
         """``UNSUBSCRIBE [channel ...]`` (all channels when none are given)."""
-        await self._send("UNSUBSCRIBE", *channels)
-        if channels:
-            self.channels.difference_update(channels)
-        else:
-            self.channels.clear()
+        await self._send("UNSUBSCRIBE", *channels, then=lambda: _forget(self.channels, channels))
 
     async def psubscribe(self, *patterns: KeyT) -> None:
         """``PSUBSCRIBE pattern [pattern ...]``."""
         if not patterns:
             raise ValueError("psubscribe() needs at least one pattern")
-        await self._send("PSUBSCRIBE", *patterns)
-        self.patterns.update(patterns)
+        await self._send("PSUBSCRIBE", *patterns, then=lambda: self.patterns.update(patterns))
 
     async def punsubscribe(self, *patterns: KeyT) -> None:
         """``PUNSUBSCRIBE [pattern ...]`` (all patterns when none are given)."""
-        await self._send("PUNSUBSCRIBE", *patterns)
-        if patterns:
-            self.patterns.difference_update(patterns)
-        else:
-            self.patterns.clear()
+        await self._send("PUNSUBSCRIBE", *patterns, then=lambda: _forget(self.patterns, patterns))
 
     async def ssubscribe(self, *channels: KeyT) -> None:
         """``SSUBSCRIBE shardchannel [shardchannel ...]`` (sharded pub/sub, Redis >= 7)."""
         if not channels:
             raise ValueError("ssubscribe() needs at least one channel")
-        await self._send("SSUBSCRIBE", *channels)
-        self.shard_channels.update(channels)
+        await self._send("SSUBSCRIBE", *channels, then=lambda: self.shard_channels.update(channels))
 
     async def sunsubscribe(self, *channels: KeyT) -> None:
         """``SUNSUBSCRIBE [shardchannel ...]`` (all when none are given)."""
-        await self._send("SUNSUBSCRIBE", *channels)
-        if channels:
-            self.shard_channels.difference_update(channels)
-        else:
-            self.shard_channels.clear()
+        await self._send(
+            "SUNSUBSCRIBE", *channels, then=lambda: _forget(self.shard_channels, channels)
+        )
 
     async def ping(self, message: KeyT | None = None) -> None:
         """``PING`` on the subscriber connection; the answer arrives as a ``"pong"``
@@ -231,13 +240,19 @@ class PubSub:
     async def resubscribe(self) -> None:
         """Subscribe again to everything this PubSub had (after a reconnect or a
         maintenance handoff); each channel, pattern and shard channel exactly once."""
-        await trio.lowlevel.checkpoint()
+        if self._closed:
+            raise ConnectionClosedError("this PubSub is closed")
+        async with self._connect_lock:
+            conn = await self._connected()
+            await self._subscribe_all(conn)
+
+    async def _subscribe_all(self, conn: Connection) -> None:
         if self.channels:
-            await self._send("SUBSCRIBE", *self.channels)
+            await conn.send_only(("SUBSCRIBE", *self.channels))
         if self.patterns:
-            await self._send("PSUBSCRIBE", *self.patterns)
+            await conn.send_only(("PSUBSCRIBE", *self.patterns))
         if self.shard_channels:
-            await self._send("SSUBSCRIBE", *self.shard_channels)
+            await conn.send_only(("SSUBSCRIBE", *self.shard_channels))
 
     def _to_message(self, frame: Any) -> Message | None:
         if isinstance(frame, PushNotification) and frame:
@@ -274,6 +289,8 @@ class PubSub:
             except RedisError:
                 if self._closed:
                     raise ConnectionClosedError("this PubSub is closed") from None
+                if conn is not self._conn:
+                    continue  # a maintenance handoff replaced it: read the new one
                 raise
             if isinstance(frame, RedisError):
                 logger.warning("pub/sub connection got an error reply: %s", frame)
@@ -298,3 +315,10 @@ class PubSub:
             raise StopAsyncIteration from None
         assert message is not None
         return message
+
+
+def _forget(subscribed: set[Any], names: tuple[Any, ...]) -> None:
+    if names:
+        subscribed.difference_update(names)
+    else:
+        subscribed.clear()

@@ -141,6 +141,7 @@ class Redis(CommandsMixin[Awaitable[Any]]):
                 self.options,
                 ignore_subscribe_messages=ignore_subscribe_messages,
                 connection_factory=link.connect,
+                on_close=link.close,
             )
             link.attach(pubsub)
         # Closed with the client (open_redis's block), like the pool's connections.
@@ -240,8 +241,9 @@ async def open_redis(
     pool.reply_timer = timer = ReplyTimer()
     client = Redis(opts, pool, handler)
     try:
-        async with trio.open_nursery() as nursery, handler:
-            # ``handler`` runs the pool's HandoffManager (its own nursery, nested here).
+        async with trio.open_nursery() as nursery, handler.running():
+            # ``handler.running()`` runs the HandoffManager's workers and the maintenance
+            # timer (its own nursery, nested here).
             nursery.start_soon(timer.run)
             if opts.min_idle_conns or opts.conn_max_idle_time is not None:
                 nursery.start_soon(pool.run_maintenance)

@@ -1,24 +1,44 @@
-"""Maintenance events and state: what ``r.maintenance.events()`` streams deliver
-(:data:`MaintenanceEvent`), the :class:`EventStream` that delivers them, and the
-:class:`MaintenanceState` snapshot (``r.maintenance.state``).
+"""Maintenance events and state: the :class:`EventStream` that delivers the events of
+``r.maintenance.events()`` (the event values themselves are sans-IO, in
+:mod:`trio_maint._sansio.events`, re-exported here), and the :class:`MaintenanceState`
+snapshot (``r.maintenance.state``).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, TypeAlias
+from typing import TYPE_CHECKING, Final, Self
 
 import attrs
 import trio
 
 from .._sansio.config import MaintMode
 from .._sansio.endpoint import EndpointType
-from .._sansio.notifications import Notification
+from .._sansio.events import (
+    EventsDropped,
+    HandoffFailed,
+    HandoffQueued,
+    HandoffSucceeded,
+    MaintenanceDisabled,
+    MaintenanceEvent,
+    MalformedNotification,
+    MovingStarted,
+    NotificationReceived,
+)
 
 if TYPE_CHECKING:
-    from .handler import MaintenanceHandler
+    from .hooks import NotificationHook
+
+logger = logging.getLogger("trio_maint.maintenance")
+
+#: Default capacity of an event stream (``int``).
+DEFAULT_EVENT_BUFFER: Final = 256
 
 __all__ = [
+    "DEFAULT_EVENT_BUFFER",
+    "EventHub",
     "EventStream",
     "EventsDropped",
     "HandoffFailed",
@@ -33,121 +53,6 @@ __all__ = [
 ]
 
 
-@attrs.frozen
-class NotificationReceived:
-    """A maintenance notification was handled (hooks did not drop it).
-
-    :ivar conn_id: the connection it arrived on (``int``).
-    :ivar notification: the parsed notification (``Moving``, ``Migrating``, ...).
-    :ivar pubsub: ``True`` when it arrived on a pub/sub connection (``bool``).
-    :ivar error: ``repr`` of the error handling it raised, or ``None``.
-    :ivar time: ``trio.current_time()`` (``float``).
-    """
-
-    conn_id: int
-    notification: Notification
-    pubsub: bool
-    error: str | None
-    time: float
-
-
-@attrs.frozen
-class MalformedNotification:
-    """A maintenance push frame with a wrong structure was ignored.
-
-    :ivar conn_id: the connection (``int``); :ivar name: its name or ``None``;
-    :ivar reason: what is wrong (``str``); :ivar shape: its structure (``str``);
-    :ivar time: ``trio.current_time()``.
-    """
-
-    conn_id: int
-    name: str | None
-    reason: str
-    shape: str
-    time: float
-
-
-@attrs.frozen
-class MovingStarted:
-    """The first MOVING of a new sequence id: the client reacts pool-wide.
-
-    :ivar seq_id: (``int``); :ivar endpoint: the new endpoint as ``host:port`` text, or
-        ``None`` for a null endpoint (reconnect to the current address after
-        ``time / 2``); :ivar deadline: when the old endpoint goes away
-        (``trio.current_time()`` scale, ``float``); :ivar time: when it was handled.
-    """
-
-    seq_id: int
-    endpoint: str | None
-    deadline: float
-    time: float
-
-
-@attrs.frozen
-class HandoffQueued:
-    """A connection was given to the HandoffManager (``conn_id``, ``endpoint`` text,
-    ``seq_id``, ``time``)."""
-
-    conn_id: int
-    endpoint: str
-    seq_id: int
-    time: float
-
-
-@attrs.frozen
-class HandoffSucceeded:
-    """A connection now talks to ``endpoint``; ``latency`` is the seconds (``float``) from
-    queueing to success."""
-
-    conn_id: int
-    endpoint: str
-    latency: float
-    time: float
-
-
-@attrs.frozen
-class HandoffFailed:
-    """A handoff failed and the connection was removed from the pool; ``error`` is the
-    ``repr`` of the cause, ``latency`` seconds from queueing (``float``)."""
-
-    conn_id: int
-    endpoint: str
-    error: str
-    latency: float
-    time: float
-
-
-@attrs.frozen
-class MaintenanceDisabled:
-    """``auto`` mode met a server that refuses ``CLIENT MAINT_NOTIFICATIONS``: the feature
-    is off for this client from now on (``endpoint`` text, the server's ``reply``)."""
-
-    endpoint: str
-    reply: str
-    time: float
-
-
-@attrs.frozen
-class EventsDropped:
-    """This stream's consumer was too slow: ``count`` (``int``) oldest events were
-    discarded just before this one was delivered."""
-
-    count: int
-
-
-#: Any event of :meth:`MaintenanceHandler.events`.
-MaintenanceEvent: TypeAlias = (
-    NotificationReceived
-    | MalformedNotification
-    | MovingStarted
-    | HandoffQueued
-    | HandoffSucceeded
-    | HandoffFailed
-    | MaintenanceDisabled
-    | EventsDropped
-)
-
-
 class EventStream:
     """A bounded stream of :data:`MaintenanceEvent` values; get one from
     :meth:`MaintenanceHandler.events` and read it with ``async for``.
@@ -157,7 +62,7 @@ class EventStream:
     event. Iteration ends when the client closes or :meth:`aclose` is called.
     """
 
-    def __init__(self, owner: MaintenanceHandler, size: int) -> None:
+    def __init__(self, owner: EventHub, size: int) -> None:
         if size < 1:
             raise ValueError("max_buffer: must be >= 1")
         self._owner = owner
@@ -213,6 +118,61 @@ class EventStream:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class EventHub:
+    """The notification hooks and event subscribers of one client: what
+    :meth:`MaintenanceHandler.add_hook` and :meth:`MaintenanceHandler.events` register,
+    and the one place events are delivered from (:meth:`emit`)."""
+
+    def __init__(self) -> None:
+        #: The registered hooks, in order (a tuple, replaced on each registration).
+        self.hooks: tuple[NotificationHook, ...] = ()
+        self._observers: tuple[Callable[[MaintenanceEvent], None], ...] = ()
+        self._streams: list[EventStream] = []
+        self.closed = False
+
+    @property
+    def listening(self) -> bool:
+        """Whether any stream or ``on_event`` hook would receive an event (``bool``)."""
+        return bool(self._streams or self._observers)
+
+    def add_hook(self, hook: NotificationHook) -> None:
+        """Register ``hook`` (appended); its ``on_event``, if any, receives every event."""
+        self.hooks = (*self.hooks, hook)
+        on_event = getattr(hook, "on_event", None)
+        if callable(on_event):
+            self._observers = (*self._observers, on_event)
+
+    def stream(self, max_buffer: int) -> EventStream:
+        """A new :class:`EventStream` (already ended when the hub is closed)."""
+        stream = EventStream(self, max_buffer)
+        if self.closed:
+            stream._close()
+        else:
+            self._streams.append(stream)
+        return stream
+
+    def _unsubscribe(self, stream: EventStream) -> None:
+        if stream in self._streams:
+            self._streams.remove(stream)
+
+    def emit(self, event: MaintenanceEvent) -> None:
+        """Deliver ``event`` to every ``on_event`` hook (errors logged) and stream."""
+        for observer in self._observers:
+            try:
+                observer(event)
+            except Exception:
+                logger.exception("maintenance event observer %r failed", observer)
+        for stream in tuple(self._streams):
+            stream._publish(event)
+
+    def close(self) -> None:
+        """End every stream; later streams end at once."""
+        self.closed = True
+        streams, self._streams = self._streams, []
+        for stream in streams:
+            stream._close()
 
 
 @attrs.frozen

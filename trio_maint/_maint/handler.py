@@ -1,109 +1,106 @@
-"""Maintenance glue: the client's reaction to maintenance push notifications.
+"""The maintenance shell of one client (``r.maintenance``): a thin Trio layer that feeds
+the sans-IO :class:`~trio_maint.lowlevel.MaintenanceMachine` and carries out its actions.
 
-One :class:`MaintenanceHandler` per client (``r.maintenance``) ties the sans-IO pieces
-(parsing, relaxed timeouts, endpoints) and the :class:`~trio_maint.lowlevel.HandoffManager` to the
-connection pool:
-
-* its :meth:`~MaintenanceHandler.handshake_hook` opts every new stream in with
-  ``CLIENT MAINT_NOTIFICATIONS ON moving-endpoint-type T`` after ``HELLO 3``;
-* its :meth:`~MaintenanceHandler.push_handler` parses each push frame, runs the
-  :class:`NotificationHook` hooks, relaxes or restores the receiving connection's
-  timeouts, and reacts to MOVING (hand connections off to the new endpoint);
-* as a :class:`~trio_maint.lowlevel.PoolHook` it hands marked connections to the HandoffManager
-  when they are released (or found idle), and withdraws handoffs of removed connections;
-* it publishes typed events (:meth:`~MaintenanceHandler.events`) and a state snapshot
-  (:attr:`~MaintenanceHandler.state`).
-
-See docs/maintenance.md for the behaviour and a timeline.
+A push frame goes one way, down: connection -> :meth:`MaintenanceHandler.push_handler`
+-> parse (sans-IO) -> hooks' ``pre`` -> machine -> actions carried out here on the pool,
+the :class:`~trio_maint.lowlevel.HandoffManager`, the pub/sub links, the timer and the
+event streams -> hooks' ``post``. The pool's hooks (acquire, release, remove), the
+handoffs' outcomes, the timer and ``READONLY`` replies go the same way. Decisions are
+never taken here: see :mod:`trio_maint._sansio.maint` and docs/maintenance.md.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
-import weakref
-from collections.abc import Callable
-from types import TracebackType
-from typing import Any, Final, Self
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final
 
 import attrs
 import trio
 
 from .._net.connection import Connection, PushHandler
-from .._net.groups import holds_only
+from .._net.groups import unwrap_group
 from .._net.pool import ConnectionPool, Disposition
 from .._net.stream import open_stream
+from .._sansio.breaker import BreakerStats
 from .._sansio.config import MaintConfig, MaintMode
 from .._sansio.endpoint import Endpoint, EndpointType, detect_endpoint_type
 from .._sansio.errors import (
+    CircuitBreakerOpenError,
+    ConnectionClosedError,
     ConnectionError,
     HandoffDialError,
+    HandoffQueueFullError,
     MaintenanceNotSupportedError,
     RedisError,
 )
 from .._sansio.errors import TimeoutError as RedisTimeoutError
-from .._sansio.notifications import (
-    FailedOver,
-    FailingOver,
-    Malformed,
-    Migrated,
-    Migrating,
-    Moving,
-    Notification,
-    SMigrated,
-    SMigrating,
-    parse_notification,
-)
-from .._sansio.options import ClientOptions
-from .._sansio.timeouts import RelaxedTimeouts
-from .events import (
-    EventStream,
-    HandoffFailed,
-    HandoffSucceeded,
-    MaintenanceDisabled,
-    MaintenanceEvent,
-    MaintenanceState,
+from .._sansio.events import (
     MalformedNotification,
     NotificationReceived,
 )
+from .._sansio.maint import MaintenanceMachine
+from .._sansio.maint_types import (
+    Action,
+    CancelHandoff,
+    ConnKind,
+    Discard,
+    Emit,
+    GiveBack,
+    MovingSeen,
+    Outcome,
+    ReadonlyVerdict,
+    Relax,
+    Restore,
+    ScheduleTimer,
+    SetDialTarget,
+    StartHandoff,
+    TakeIdle,
+    Verdict,
+)
+from .._sansio.notifications import Malformed, Notification, parse_notification
+from .._sansio.options import ClientOptions
+from .events import DEFAULT_EVENT_BUFFER, EventHub, EventStream, MaintenanceState
 from .hooks import NotificationHook
-from .moving import READONLY_MOVING_GRACE, MovingReactions, _Mark
-from .pubsub import PubSubLink
-from .workers import HandoffManager
+from .link import PubSubLink
+from .workers import HandoffManager, open_handoff_manager
 
 __all__ = ["DEFAULT_EVENT_BUFFER", "READONLY_MOVING_GRACE", "MaintenanceHandler"]
 
 logger = logging.getLogger("trio_maint.maintenance")
 
-#: Default capacity of an :meth:`MaintenanceHandler.events` stream.
-DEFAULT_EVENT_BUFFER: Final = 256
+#: Seconds (``float``) a write refused with ``READONLY`` waits for a MOVING before the
+#: error is raised (the old endpoint of a move turns read-only just before MOVING).
+READONLY_MOVING_GRACE: Final = 1.0
+#: Per-endpoint client options kept (``int``): one per endpoint dialed recently.
+_OPTIONS_CACHE: Final = 32
 
-_OPENING = (Migrating, FailingOver, SMigrating)
-_CLOSING = (Migrated, FailedOver, SMigrated)
-
-_DISPOSITIONS: Final = {True: Disposition.TAKEN, False: Disposition.REMOVE, None: Disposition.KEEP}
-
-
-class _Retargeted(Exception):
-    """A handoff attempt abandoned because a newer MOVING named another endpoint."""
+#: What the HandoffManager hands off: a pooled connection or a pub/sub link.
+_Item = Connection | PubSubLink
 
 
-# -------------------------------------------------------------------------------- handler
-
-
-class MaintenanceHandler(MovingReactions):
-    """The maintenance side of one client (``r.maintenance``); created by
-    :func:`~trio_maint.open_redis`, which also runs its HandoffManager.
+class MaintenanceHandler:
+    """The maintenance side of one client (``r.maintenance``); made by
+    :func:`~trio_maint.open_redis`, which runs it for the client's lifetime
+    (:meth:`running`).
 
     :param options: the client's :class:`~trio_maint.ClientOptions`.
     :param config: the :class:`~trio_maint.MaintConfig` (``None``: defaults, mode ``auto``).
+
+    Attributes: ``options``, ``config``, ``endpoint_type`` (the ``moving-endpoint-type``
+    sent, auto-detected from the address and TLS), ``machine`` (the
+    :class:`~trio_maint.lowlevel.MaintenanceMachine`), ``manager`` (the
+    :class:`~trio_maint.lowlevel.HandoffManager` while running, else ``None``).
     """
 
     def __init__(self, options: ClientOptions, config: MaintConfig | None = None) -> None:
         config = config if config is not None else MaintConfig()
         self.options: Final = options
         self.config: Final = config
-        self._mode = config.mode
         endpoint_type = config.endpoint_type
         if config.enabled and endpoint_type is EndpointType.AUTO:
             host = "" if options.unix_path is not None else options.host
@@ -111,42 +108,40 @@ class MaintenanceHandler(MovingReactions):
         #: The ``moving-endpoint-type`` sent in the handshake (:class:`EndpointType`).
         self.endpoint_type: Final = endpoint_type
         if options.unix_path is not None:
-            self._configured = Endpoint(options.unix_path, options.port or 6379)
+            configured = Endpoint(options.unix_path, options.port or 6379)
         else:
-            self._configured = Endpoint(options.host, options.port or 6379)
-        self._target = self._configured
-        self._endpoint_options: dict[Endpoint, ClientOptions] = {self._configured: options}
+            configured = Endpoint(options.host, options.port or 6379)
+        self.configured: Final = configured
+        #: The decisions (:class:`~trio_maint.lowlevel.MaintenanceMachine`).
+        self.machine: Final = MaintenanceMachine(
+            config,
+            configured,
+            pool_size=options.pool_size,
+            max_active_conns=options.max_active_conns,
+        )
+        self.manager: HandoffManager[_Item] | None = None
+        self._options: OrderedDict[Endpoint, ClientOptions] = OrderedDict({configured: options})
         self._pool: ConnectionPool | None = None
-        self.manager: HandoffManager[Connection] | None = None
-        if config.enabled:
-            self.manager = HandoffManager(
-                config,
-                perform=self._perform,
-                on_success=self._on_handoff_success,
-                on_failure=self._on_handoff_failure,
-                pool_size=options.pool_size,
-                max_active_conns=options.max_active_conns,
-            )
-        self._hooks: tuple[NotificationHook, ...] = ()
-        self._observers: tuple[Callable[[MaintenanceEvent], None], ...] = ()
-        self._streams: list[EventStream] = []
-        self._relaxed: weakref.WeakValueDictionary[int, Connection] = weakref.WeakValueDictionary()
-        self._queued_at: dict[int, float] = {}
-        self._conn_seq: dict[int, int] = {}  # connection id -> latest MOVING seq handled
-        self._last_seq: int | None = None
-        self._moving_deadline: float | None = None
-        self._downgrade_logged = False
-        self._closed = False
+        self._links: dict[int, PubSubLink] = {}
+        self._link_ids = itertools.count(-1, -1)
+        self._hub = EventHub()
+        self._work: deque[Action] = deque()
+        self._working = False
+        self._wake = math.inf
+        self._timer: trio.CancelScope | None = None
         self._moved: trio.Event | None = None
-        # Null-endpoint handoffs not yet due: connection id -> (connection, target, seq).
-        self._scheduled: dict[int, tuple[Connection, Endpoint, int]] = {}
+        self._closed = False
+
+    def __repr__(self) -> str:
+        target = self.machine.state(0.0).dial_target
+        return f"<MaintenanceHandler mode={self.mode.value} endpoint={target}>"
 
     # ------------------------------------------------------------------------ wiring
 
     @property
     def mode(self) -> MaintMode:
         """The effective mode (``auto`` becomes ``disabled`` after a refusal)."""
-        return self._mode
+        return self.machine.mode
 
     @property
     def push_handler_or_none(self) -> PushHandler | None:
@@ -159,151 +154,154 @@ class MaintenanceHandler(MovingReactions):
         if self.config.enabled:
             pool.hooks.append(self)
 
-    async def __aenter__(self) -> Self:
-        if self.manager is not None:
-            await self.manager.__aenter__()
-        else:
-            await trio.lowlevel.checkpoint()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        self._closed = True
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the background side for the block: the HandoffManager's workers and the
+        machine's timer, in a nursery entered here; on exit they are cancelled, the
+        machine stops and the event streams end."""
         try:
-            if self.manager is not None:
-                return await self.manager.__aexit__(exc_type, exc, tb)
-            return False
+            if not self.config.enabled:
+                await trio.lowlevel.checkpoint()
+                yield
+                return
+            async with (
+                trio.open_nursery() as nursery,
+                open_handoff_manager(
+                    self.config,
+                    perform=self._perform,
+                    on_outcome=self._on_outcome,
+                    pool_size=self.options.pool_size,
+                    max_active_conns=self.options.max_active_conns,
+                ) as manager,
+            ):
+                self.manager = manager
+                nursery.start_soon(self._run_timer)
+                try:
+                    yield
+                finally:
+                    self._closed = True
+                    self.machine.close()
+                    nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            # The client cancels its nursery (around this one) when its block exits, so
-            # the workers' Cancelled (which belong to that outer scope) come out next to
-            # the block's own exception: let that exception propagate unwrapped.
-            if exc is not None and holds_only(group, exc):
-                return False
-            raise
+            raise unwrap_group(group) from None
         finally:
-            streams, self._streams = self._streams, []
-            for stream in streams:
-                stream._close()
+            self._closed = True
+            self.machine.close()
+            self._hub.close()
+
+    # ----------------------------------------------------------------------- dialing
 
     def _options_for(self, endpoint: Endpoint) -> ClientOptions:
-        opts = self._endpoint_options.get(endpoint)
+        opts = self._options.get(endpoint)
         if opts is None:
             opts = attrs.evolve(
                 self.options, host=endpoint.host, port=endpoint.port, unix_path=None
             )
-            self._endpoint_options[endpoint] = opts
+            self._options[endpoint] = opts
+            while len(self._options) > _OPTIONS_CACHE:
+                self._options.popitem(last=False)
+            self._options.move_to_end(self.configured, last=False)
         return opts
 
-    def _new_connection(
-        self, endpoint: Endpoint, push_handler: PushHandler | None = None
-    ) -> Connection:
+    def _new_connection(self, endpoint: Endpoint, push: PushHandler | None = None) -> Connection:
         return Connection(
             self._options_for(endpoint),
-            push_handler=push_handler or self.push_handler_or_none,
+            push_handler=push or self.push_handler_or_none,
             handshake_hook=self.handshake_hook if self.config.enabled else None,
         )
 
-    async def dial(self) -> Connection:
-        """The pool's dialer: a connected, handshaken :class:`~trio_maint.lowlevel.Connection` to
-        the current endpoint (the configured one, or where a MOVING sent the client).
-
-        A dial that started before a MOVING and so reached the old endpoint is marked for
-        a handoff: it serves one borrower, then moves like the others.
-        """
-        started = self._target
-        conn, dialed = await self._dial(started)
-        current = self._target
-        moved_meanwhile = dialed == started and current != started and conn.handoff is None
-        if moved_meanwhile and self._last_seq is not None and not self._blocked(current):
-            conn.handoff = _Mark(current, self._last_seq)
-        return conn
-
-    async def _dial(self, target: Endpoint) -> tuple[Connection, Endpoint]:
-        if target != self._configured:
-            breaker = self.manager.breaker(target) if self.manager is not None else None
-            if breaker is not None and not breaker.allow(trio.current_time()):
-                target = self._configured  # the new endpoint is failing: stay where we were
+    async def _connect(self, push: PushHandler | None = None) -> tuple[Connection, Endpoint, bool]:
+        """A connected, handshaken connection to the dial target (the configured endpoint
+        while the target's breaker refuses, or when the target cannot be reached):
+        ``(conn, endpoint, fell_back)``."""
+        machine = self.machine
+        target = machine.dial_target(trio.current_time()) if self.config.enabled else None
+        fell_back = False
+        if target is not None and target != self.configured:
+            conn = self._new_connection(target, push)
+            try:
+                await conn.connect()
+            except BaseException as exc:
+                reachable = isinstance(exc, ConnectionError | RedisError)
+                machine.dial_result(target, False if reachable else None, trio.current_time())
+                if not isinstance(exc, ConnectionError | RedisTimeoutError) or isinstance(
+                    exc, MaintenanceNotSupportedError
+                ):
+                    raise
+                logger.warning(
+                    "cannot connect to the new endpoint %s (%s); using %s",
+                    target,
+                    exc,
+                    self.options.address_text,
+                    extra={"event": "moving_target_unreachable", "endpoint": str(target)},
+                )
+                fell_back = True
             else:
-                conn = self._new_connection(target)
-                try:
-                    await conn.connect()
-                except BaseException as exc:
-                    if breaker is not None:
-                        if isinstance(exc, ConnectionError | RedisError):
-                            breaker.record_failure(trio.current_time())
-                        else:
-                            breaker.release()
-                    if not isinstance(exc, ConnectionError | RedisTimeoutError) or isinstance(
-                        exc, MaintenanceNotSupportedError
-                    ):
-                        raise
-                    logger.warning(
-                        "cannot connect to the new endpoint %s (%s); using %s",
-                        target,
-                        exc,
-                        self.options.address_text,
-                        extra={"event": "moving_target_unreachable", "endpoint": str(target)},
-                    )
-                    target = self._configured
-                else:
-                    if breaker is not None:
-                        breaker.record_success(trio.current_time())
-                    return conn, target
-        conn = self._new_connection(target)
+                machine.dial_result(target, True, trio.current_time())
+                return conn, target, False
+        conn = self._new_connection(self.configured, push)
         await conn.connect()
-        return conn, target
+        return conn, self.configured, fell_back
+
+    async def dial(self) -> Connection:
+        """The pool's dialer: a connected, handshaken
+        :class:`~trio_maint.lowlevel.Connection` to the current endpoint (the configured
+        one, or where a MOVING sent the client; see docs/maintenance.md).
+
+        :raises ConnectionError, TimeoutError, AuthenticationError: as
+            :meth:`Connection.connect <trio_maint.lowlevel.Connection.connect>`.
+        """
+        conn, endpoint, fell_back = await self._connect()
+        self._carry_out(
+            self.machine.register(conn.id, endpoint, trio.current_time(), fallback=fell_back)
+        )
+        return conn
 
     # ---------------------------------------------------------------------- handshake
 
     async def handshake_hook(self, conn: Connection) -> None:
-        """Opt ``conn`` in after ``HELLO 3`` (see the class docs and
-        docs/maintenance.md).
+        """Opt ``conn`` in after ``HELLO 3`` (see docs/maintenance.md).
 
         :raises MaintenanceNotSupportedError: mode ``enabled`` and the server refused.
         """
-        if self._mode is MaintMode.DISABLED:
+        if self.mode is MaintMode.DISABLED:
             return
         reply = await conn.handshake_command(
             "client", "maint_notifications", "on", "moving-endpoint-type", self.endpoint_type.value
         )
-        if isinstance(reply, RedisError):
-            if self.config.mode is MaintMode.ENABLED:
-                raise MaintenanceNotSupportedError(
-                    f"server at {conn.endpoint_text} refused CLIENT MAINT_NOTIFICATIONS "
-                    f"({reply}) and maintenance mode is 'enabled'"
-                )
-            self._downgrade(conn, reply)
+        if not isinstance(reply, RedisError):
+            conn.maint_enabled = True
             return
-        conn.maint_enabled = True
-
-    def _downgrade(self, conn: Connection, reply: RedisError) -> None:
-        self._mode = MaintMode.DISABLED
-        if self._downgrade_logged:
-            return
-        self._downgrade_logged = True
-        logger.debug(
-            "server at %s does not support maintenance notifications (%s); "
-            "maintenance handling is off for this client",
-            conn.endpoint_text,
-            reply,
-            extra={"event": "maint_notifications_unsupported", "endpoint": conn.endpoint_text},
+        fail, actions = self.machine.handshake_refused(
+            conn.endpoint_text, str(reply), trio.current_time()
         )
-        self._emit(MaintenanceDisabled(conn.endpoint_text, str(reply), trio.current_time()))
+        if fail:
+            raise MaintenanceNotSupportedError(
+                f"server at {conn.endpoint_text} refused CLIENT MAINT_NOTIFICATIONS "
+                f"({reply}) and maintenance mode is 'enabled'"
+            )
+        if actions:
+            logger.debug(
+                "server at %s does not support maintenance notifications (%s); "
+                "maintenance handling is off for this client",
+                conn.endpoint_text,
+                reply,
+                extra={"event": "maint_notifications_unsupported", "endpoint": conn.endpoint_text},
+            )
+        self._carry_out(actions)
 
     # ----------------------------------------------------------------- notifications
 
     def push_handler(self, conn: Connection, frame: list[Any]) -> None:
-        """The connections' push handler (synchronous, never raises)."""
-        self._process(conn, frame, None)
+        """The pooled connections' push handler (synchronous, never raises)."""
+        self.process(conn.id, conn, frame, pubsub=False)
 
-    def _process(self, conn: Connection, frame: list[Any], link: PubSubLink | None) -> None:
+    def process(self, key: int, conn: Connection, frame: list[Any], *, pubsub: bool) -> None:
+        """Handle one push frame read on ``conn``, known to the machine as ``key``."""
         result = parse_notification(frame)
         if result is None:
             return
+        now = trio.current_time()
         if isinstance(result, Malformed):
             logger.warning(
                 "conn[%d] ignoring a malformed maintenance notification %s: %s (shape %s)",
@@ -313,13 +311,11 @@ class MaintenanceHandler(MovingReactions):
                 result.shape,
                 extra={"event": "notification_malformed", "conn_id": conn.id},
             )
-            self._emit(
-                MalformedNotification(
-                    conn.id, result.name, result.reason, result.shape, trio.current_time()
-                )
+            self._hub.emit(
+                MalformedNotification(conn.id, result.name, result.reason, result.shape, now)
             )
             return
-        hooks = self._hooks
+        hooks = self._hub.hooks
         for hook in hooks:
             try:
                 keep = hook.pre(conn, result)
@@ -331,10 +327,8 @@ class MaintenanceHandler(MovingReactions):
                 return
         error: BaseException | None = None
         try:
-            if link is not None:
-                link.on_notification(conn, result)
-            else:
-                self._apply(conn, result)
+            self._log(conn, result)
+            self._carry_out(self.machine.notification(key, result, now))
         except Exception as exc:
             error = exc
             logger.exception("conn[%d] handling %s failed", conn.id, result.NAME)
@@ -343,58 +337,31 @@ class MaintenanceHandler(MovingReactions):
                 hook.post(conn, result, error)
             except Exception:
                 logger.exception("notification hook %r failed in post()", hook)
-        if self._streams or self._observers:
-            self._emit(
+        if self._hub.listening:
+            self._hub.emit(
                 NotificationReceived(
-                    conn.id,
-                    result,
-                    link is not None,
-                    None if error is None else repr(error),
-                    trio.current_time(),
+                    conn.id, result, pubsub, None if error is None else repr(error), now
                 )
             )
 
-    def relaxation(self, conn: Connection) -> RelaxedTimeouts:
-        """``conn``'s :class:`~trio_maint.lowlevel.RelaxedTimeouts`, installed as its timeout
-        policy on first use (connections that never saw a notification have none: no cost per
-        command)."""
-        timeouts = conn.timeouts
-        if not isinstance(timeouts, RelaxedTimeouts):
-            timeouts = RelaxedTimeouts(self.config.relaxed_timeout)
-            conn.timeouts = timeouts
-        self._relaxed[conn.id] = conn
-        return timeouts
-
-    def _apply(self, conn: Connection, n: Notification) -> None:
-        if isinstance(n, Moving):
-            self._on_moving(conn, n)
-        else:
-            self._relax(conn, n)
-
-    def _relax(self, conn: Connection, n: Notification) -> None:
-        if not isinstance(n, _OPENING + _CLOSING):
-            return
-        now = trio.current_time()
-        timeouts = self.relaxation(conn)
-        timeouts.on_notification(n, now)
-        if isinstance(n, _OPENING):
+    @staticmethod
+    def _log(conn: Connection, n: Notification) -> None:
+        if n.NAME in ("MIGRATING", "FAILING_OVER", "SMIGRATING"):
             logger.info(
-                "conn[%d] %s: timeouts relaxed to at least %.1f s",
+                "conn[%d] %s: timeouts relaxed",
                 conn.id,
                 n.NAME,
-                timeouts.relaxed_timeout,
                 extra={
                     "event": "timeouts_relaxed",
                     "conn_id": conn.id,
                     "notification_name": n.NAME,
                 },
             )
-        else:
+        elif n.NAME in ("MIGRATED", "FAILED_OVER", "SMIGRATED"):
             logger.info(
-                "conn[%d] %s: %d maintenance window(s) still open",
+                "conn[%d] %s: maintenance window closed",
                 conn.id,
                 n.NAME,
-                timeouts.open_windows,
                 extra={
                     "event": "timeouts_restored",
                     "conn_id": conn.id,
@@ -402,171 +369,278 @@ class MaintenanceHandler(MovingReactions):
                 },
             )
 
-    # ------------------------------------------------------------------------ MOVING
-
     # ---------------------------------------------------------------------- pool hook
 
     def on_get(self, conn: Connection, is_new: bool) -> Disposition:
-        """A connection marked for handoff is queued instead of being lent out."""
-        if conn.handoff is None or is_new:
+        """A connection whose handoff is due is taken for it instead of being lent."""
+        if self.machine.quick_acquired(conn.id, is_new):
             return Disposition.KEEP
-        return _DISPOSITIONS[self._queue(conn)]
+        verdict, actions = self.machine.acquired(conn.id, is_new, trio.current_time())
+        if actions:
+            self._carry_out(actions)
+        return Disposition.KEEP if verdict is Verdict.KEEP else Disposition.TAKEN
 
     def on_put(self, conn: Connection) -> Disposition:
-        """A released connection marked for handoff goes to the HandoffManager."""
-        if conn.handoff is None:
+        """A released connection whose handoff is due goes to the HandoffManager."""
+        if self.machine.quick_released(conn.id):
             return Disposition.KEEP
-        return _DISPOSITIONS[self._queue(conn)]
+        verdict, actions = self.machine.released(conn.id, trio.current_time())
+        if actions:
+            self._carry_out(actions)
+        return Disposition.KEEP if verdict is Verdict.KEEP else Disposition.TAKEN
 
     def on_remove(self, conn: Connection, reason: str) -> None:
-        """A removed connection's handoff (queued or scheduled) is withdrawn."""
-        if self.manager is not None and not self.manager.closed:
-            self.manager.cancel_handoff(conn.id)
-        self._queued_at.pop(conn.id, None)
-        self._conn_seq.pop(conn.id, None)
-        self._scheduled.pop(conn.id, None)
-        self._relaxed.pop(conn.id, None)
+        """A removed connection is forgotten; its handoff (if any) is withdrawn."""
+        self._carry_out(self.machine.removed(conn.id))
+
+    # ----------------------------------------------------------------------- actions
+
+    def _carry_out(self, actions: Sequence[Action]) -> None:
+        """Carry out ``actions`` in order, and those they lead to, iteratively (an action
+        that feeds the machine again only queues more work)."""
+        if not actions:
+            return
+        self._work.extend(actions)
+        if self._working:
+            return
+        self._working = True
+        try:
+            while self._work:
+                action = self._work.popleft()
+                try:
+                    self._act(action)
+                except Exception:  # a bug: never break the caller's command
+                    logger.exception("carrying out %r failed", action)
+        finally:
+            self._working = False
+
+    def _conn(self, conn_id: int) -> Connection | None:
+        if conn_id < 0:
+            link = self._links.get(conn_id)
+            return None if link is None else link.connection
+        return None if self._pool is None else self._pool.find(conn_id)
+
+    def _act(self, action: Action) -> None:
+        now = trio.current_time()
+        if isinstance(action, Relax | Restore):
+            conn = self._conn(action.conn_id)
+            if conn is not None:
+                conn.timeouts = action.timeouts if isinstance(action, Relax) else None
+        elif isinstance(action, TakeIdle):
+            conn = self._conn(action.conn_id)
+            ok = conn is not None and self._pool is not None and self._pool.claim_idle(conn)
+            self._work.extend(self.machine.claimed(action.conn_id, ok, now))
+        elif isinstance(action, StartHandoff):
+            self._start(action, now)
+        elif isinstance(action, CancelHandoff):
+            if self.manager is not None:
+                self.manager.cancel_handoff(action.conn_id)
+        elif isinstance(action, GiveBack):
+            conn = self._conn(action.conn_id)
+            if conn is not None and action.conn_id > 0 and self._pool is not None:
+                self._pool.give_back(conn)
+        elif isinstance(action, Discard):
+            conn = self._conn(action.conn_id)
+            if conn is not None and self._pool is not None:
+                self._pool.discard(conn, action.reason)
+            else:
+                self._work.extend(self.machine.removed(action.conn_id))
+        elif isinstance(action, ScheduleTimer):
+            if action.at < self._wake:
+                self._wake = action.at
+                if self._timer is not None:
+                    self._timer.deadline = action.at
+        elif isinstance(action, MovingSeen):
+            moved, self._moved = self._moved, None
+            if moved is not None:
+                moved.set()
+        elif isinstance(action, Emit):
+            self._hub.emit(action.event)
+        elif isinstance(action, SetDialTarget):
+            logger.debug("new connections go to %s", action.endpoint)
+
+    def _start(self, action: StartHandoff, now: float) -> None:
+        item: _Item | None = self._conn(action.conn_id) if action.conn_id > 0 else None
+        if action.conn_id < 0:
+            item = self._links.get(action.conn_id)
+        manager = self.manager
+        if item is not None and manager is not None and not manager.closed:
+            manager.queue_handoff_nowait(item, action.endpoint, action.seq_id)
+            return
+        self._work.extend(
+            self.machine.handoff_result(action.conn_id, Outcome.ABANDONED, now, "closed")
+        )
+
+    async def _run_timer(self) -> None:
+        """The machine's one timer: sleeps until the earliest time it asked for."""
+        while True:
+            with trio.CancelScope(deadline=self._wake) as scope:
+                self._timer = scope
+                await trio.sleep_forever()
+            self._timer = None
+            now = trio.current_time()
+            if now >= self._wake:
+                self._wake = math.inf
+                self._carry_out(self.machine.timer_fired(now))
 
     # ----------------------------------------------------------------------- handoffs
 
-    async def _perform(self, conn: Connection, endpoint: Endpoint) -> None:
-        # Notifications the old endpoint sent meanwhile (a newer MOVING retargets this
-        # handoff: the manager then redoes it to the new endpoint).
-        if conn.usable and not conn.in_use:
-            await conn.check_idle()
-        mark = conn.handoff
-        if isinstance(mark, _Mark) and mark.endpoint != endpoint:
-            manager = self.manager
-            if manager is not None and manager.pending_seq_ids().get(conn.id) == mark.seq_id:
-                # The manager took the newer target: it redoes this handoff there.
-                raise _Retargeted(f"conn[{conn.id}] now moves to {mark.endpoint}, not {endpoint}")
-        opts = self._options_for(endpoint)
+    async def _perform(self, item: _Item, endpoint: Endpoint) -> None:
+        """One handoff attempt (run by a HandoffManager worker under ``handoff_timeout``):
+        dial the target, handshake, swap the stream (pooled) or hand the new connection
+        to the PubSub (pub/sub)."""
+        if isinstance(item, Connection) and item.usable and not item.in_use:
+            await item.check_idle()  # a newer MOVING read from the old stream retargets
+        target = self.machine.attempt_started(item.id, trio.current_time())
+        if target is None:
+            raise CircuitBreakerOpenError(f"circuit breaker for {endpoint} is open")
+        push = item.push if isinstance(item, PubSubLink) else None
+        opts = self._options_for(target)
         timeout = opts.connect_timeout
         try:
             with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
                 stream = await open_stream(opts, unix_path=opts.unix_path)
         except ConnectionError as exc:
-            raise HandoffDialError(f"cannot reach {endpoint}: {exc}") from exc
+            raise HandoffDialError(f"cannot reach {target}: {exc}") from exc
         if scope.cancelled_caught:
-            raise HandoffDialError(f"dialing {endpoint} took longer than {timeout} s")
-        new = self._new_connection(endpoint)
+            raise HandoffDialError(f"dialing {target} took longer than {timeout} s")
+        new = self._new_connection(target, push)
+        if isinstance(item, PubSubLink):
+            try:
+                await new.connect(stream)
+                await item.adopt(new)
+            except BaseException:
+                new.close_nowait()
+                raise
+            return
         try:
             await new.connect(stream)
-            conn.adopt_stream_of(new)
+            item.adopt_stream_of(new)
         finally:
             new.close_nowait()
+
+    def _on_outcome(self, item: _Item, error: BaseException | None) -> None:
         manager = self.manager
-        duration = manager.config.post_handoff_relaxed_duration if manager is not None else 0.0
-        self.relaxation(conn).relax_after_handoff(trio.current_time(), duration)
-
-    def _latency(self, conn: Connection) -> tuple[float, float]:
+        if error is None:
+            outcome = Outcome.OK
+        elif isinstance(error, HandoffDialError):
+            outcome = Outcome.DIAL_ERROR
+        elif isinstance(error, CircuitBreakerOpenError):
+            outcome = Outcome.BREAKER_OPEN
+        elif isinstance(error, HandoffQueueFullError):
+            outcome = Outcome.QUEUE_FULL
+        elif isinstance(error, ConnectionClosedError) and manager is not None and manager.closed:
+            outcome = Outcome.ABANDONED
+        else:
+            outcome = Outcome.ERROR
         now = trio.current_time()
-        return now, now - self._queued_at.pop(conn.id, now)
+        reason = "" if error is None else repr(error)
+        self._carry_out(self.machine.handoff_result(item.id, outcome, now, reason))
 
-    def _on_handoff_success(self, conn: Connection) -> None:
-        mark = conn.handoff
-        conn.handoff = None
-        now, latency = self._latency(conn)
-        endpoint = str(mark.endpoint) if isinstance(mark, _Mark) else conn.endpoint_text
-        if self._pool is not None:
-            self._pool.give_back(conn)
-        else:  # pragma: no cover - always attached in the client
-            conn.close_nowait()
-        self._emit(HandoffSucceeded(conn.id, endpoint, latency, now))
+    # ------------------------------------------------------------------------ READONLY
 
-    def _on_handoff_failure(self, conn: Connection, error: BaseException) -> None:
-        mark = conn.handoff
-        conn.handoff = None
-        now, latency = self._latency(conn)
-        endpoint = str(mark.endpoint) if isinstance(mark, _Mark) else conn.endpoint_text
-        if self._pool is not None:
-            self._pool.discard(conn, f"handoff failed: {error}")
-        else:  # pragma: no cover
-            conn.close_nowait()
-        self._emit(HandoffFailed(conn.id, endpoint, repr(error), latency, now))
+    async def wait_for_moving(self, conn: Connection) -> bool:
+        """After ``conn`` answered a write with ``READONLY`` (so it did not run): whether
+        the endpoint is moving, so the write may be sent again. Waits up to
+        :data:`READONLY_MOVING_GRACE` seconds for the MOVING that follows a switch-over.
+        Only on connections that opted in to maintenance notifications.
+
+        :returns: ``True`` if the write may be retried (``bool``).
+        """
+        if not self.config.enabled or self._closed or not conn.maint_enabled:
+            await trio.lowlevel.checkpoint()
+            return False
+        verdict, actions = self.machine.readonly(conn.id, trio.current_time())
+        self._carry_out(actions)
+        if verdict is ReadonlyVerdict.WAIT:
+            if self._moved is None:
+                self._moved = trio.Event()
+            moved = self._moved
+            with trio.move_on_after(READONLY_MOVING_GRACE):
+                await moved.wait()
+            verdict, actions = self.machine.readonly(conn.id, trio.current_time(), waited=True)
+            self._carry_out(actions)
+        else:
+            await trio.lowlevel.checkpoint()
+        return verdict is ReadonlyVerdict.RETRY
 
     # ------------------------------------------------------------------------ pub/sub
 
     def pubsub_link(self) -> PubSubLink:
-        """A connection factory for a :class:`~trio_maint.PubSub` that follows MOVING:
-        ``link = handler.pubsub_link(); ps = PubSub(..., connection_factory=link.connect);
-        link.attach(ps)``."""
-        return PubSubLink(self)
+        """A :class:`PubSubLink` for one :class:`~trio_maint.PubSub`: its connection
+        factory and push handler, so the subscriber follows MOVING as the pool does."""
+        link = PubSubLink(self, next(self._link_ids))
+        self._links[link.id] = link
+        return link
+
+    async def connect_link(self, link: PubSubLink) -> Connection:
+        """A new connection for ``link`` to the current dial target (for
+        :meth:`PubSubLink.connect`)."""
+        conn, endpoint, fell_back = await self._connect(link.push)
+        now = trio.current_time()
+        self._carry_out(
+            self.machine.register(link.id, endpoint, now, kind=ConnKind.PUBSUB, fallback=fell_back)
+        )
+        return conn
+
+    def forget_link(self, link: PubSubLink) -> None:
+        """``link``'s PubSub closed."""
+        if self._links.pop(link.id, None) is not None:
+            self._carry_out(self.machine.removed(link.id))
 
     # ---------------------------------------------------------------- hooks and events
 
     def add_hook(self, hook: NotificationHook) -> None:
-        """Register a :class:`NotificationHook` (appended; runs after earlier ones)."""
-        self._hooks = (*self._hooks, hook)
-        on_event = getattr(hook, "on_event", None)
-        if callable(on_event):
-            self._observers = (*self._observers, on_event)
+        """Register a :class:`~trio_maint.NotificationHook` (appended; runs after earlier
+        ones)."""
+        self._hub.add_hook(hook)
 
     @property
     def hooks(self) -> tuple[NotificationHook, ...]:
         """The registered hooks, in order."""
-        return self._hooks
+        return self._hub.hooks
 
     def events(self, max_buffer: int = DEFAULT_EVENT_BUFFER) -> EventStream:
-        """A new :class:`EventStream` of :data:`MaintenanceEvent` values from now on:
+        """A new :class:`~trio_maint.EventStream` of
+        :data:`~trio_maint.MaintenanceEvent` values from now on:
         ``async for event in r.maintenance.events(): ...``.
 
         :param max_buffer: events kept for a slow consumer (``int`` >= 1); beyond that the
-            oldest are discarded and reported with :class:`EventsDropped`.
+            oldest are discarded and reported with :class:`~trio_maint.EventsDropped`.
         """
-        stream = EventStream(self, max_buffer)
-        if self._closed:
-            stream._close()
-        else:
-            self._streams.append(stream)
-        return stream
-
-    def _unsubscribe(self, stream: EventStream) -> None:
-        if stream in self._streams:
-            self._streams.remove(stream)
-
-    def _emit(self, event: MaintenanceEvent) -> None:
-        for observer in self._observers:
-            try:
-                observer(event)
-            except Exception:
-                logger.exception("maintenance event observer %r failed", observer)
-        for stream in tuple(self._streams):
-            stream._publish(event)
+        return self._hub.stream(max_buffer)
 
     # -------------------------------------------------------------------------- state
 
     @property
     def state(self) -> MaintenanceState:
-        """A :class:`MaintenanceState` snapshot."""
+        """A :class:`~trio_maint.MaintenanceState` snapshot."""
         now = trio.current_time()
-        relaxed = 0
-        windows = False
-        for conn in list(self._relaxed.values()):
-            timeouts = conn.timeouts
-            if conn.closed or not isinstance(timeouts, RelaxedTimeouts):
-                continue
-            if timeouts.is_relaxed(now):
-                relaxed += 1
-            if timeouts.open_windows > 0:
-                windows = True
-        deadline = self._moving_deadline
-        manager = self.manager
-        stats = manager.stats() if manager is not None else None
+        machine = self.machine.state(now)
+        target = machine.dial_target
         return MaintenanceState(
-            mode=self._mode,
+            mode=machine.mode,
             endpoint_type=self.endpoint_type,
-            in_window=windows or (deadline is not None and now < deadline),
-            relaxed_connections=relaxed,
-            pending_handoffs=0 if stats is None else stats.pending + stats.scheduled,
-            completed_handoffs=0 if stats is None else stats.completed,
-            failed_handoffs=0 if stats is None else stats.failed,
+            in_window=machine.open_windows
+            or (machine.moving_deadline is not None and now < machine.moving_deadline),
+            relaxed_connections=machine.relaxed_connections,
+            pending_handoffs=machine.pending_handoffs,
+            completed_handoffs=machine.completed_handoffs,
+            failed_handoffs=machine.failed_handoffs,
             current_endpoint=(
-                self.options.address_text if self._target == self._configured else str(self._target)
+                self.options.address_text if target == self.configured else str(target)
             ),
-            last_moving_seq=self._last_seq,
-            moving_deadline=deadline,
+            last_moving_seq=machine.last_moving_seq,
+            moving_deadline=machine.moving_deadline,
         )
 
-    def __repr__(self) -> str:
-        return f"<MaintenanceHandler mode={self._mode.value} endpoint={self._target}>"
+    def handoff_target(self, conn: Connection) -> Endpoint | None:
+        """Where ``conn`` is due to move (a MOVING marked it, or its handoff is queued or
+        under way), or ``None`` (:class:`~trio_maint.Endpoint`)."""
+        record = self.machine.record(conn.id)
+        return None if record is None or record.mark is None else record.mark.target
+
+    def circuit_breaker_stats(self) -> tuple[BreakerStats, ...]:
+        """:class:`~trio_maint.lowlevel.BreakerStats` of every endpoint dialed (bounded),
+        sorted by endpoint."""
+        return self.machine.breakers.stats()

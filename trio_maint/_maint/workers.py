@@ -1,58 +1,50 @@
-"""The HandoffManager: moves connections to a new endpoint in the background.
+"""The HandoffManager: runs connection handoffs in worker tasks (the I/O half of a handoff).
 
-When a managed Redis sends MOVING on a connection, the connection must be re-dialled to the
-new endpoint, re-handshaken and its stream swapped, while the connection object keeps its
-identity (see docs/maintenance.md). :class:`HandoffManager` runs those handoffs: a bounded
-queue, worker tasks started on demand, retries with backoff for dial failures, a circuit
-breaker per endpoint, and a clean shutdown when its ``async with`` block ends.
+The :class:`~trio_maint.lowlevel.MaintenanceMachine` decides which connection moves
+where, when, whether a failure is retried and what becomes of the connection. The manager
+only runs the attempts it is given, as Redis's handoff worker manager does (see
+docs/maintenance.md): a bounded trio memory channel (``send_nowait``, then up to
+:data:`QUEUE_FULL_GRACE` seconds for room), worker tasks started on demand up to
+``max_workers`` (each exits after :data:`WORKER_IDLE_TIMEOUT` seconds without work), every
+attempt under a deadline of ``handoff_timeout`` seconds and a cancel scope of its own, and
+exactly one report per request through ``on_outcome``.
 
-It knows nothing about pools or streams: the owner supplies ``perform`` (dial, handshake,
-swap) and callbacks that receive each connection back (``on_success``) or tell the owner to
-discard it (``on_failure``). Any object with an integer ``id`` can be handed off.
+Get one with :func:`open_handoff_manager`; its nursery is entered with ``async with`` and
+nothing it started outlives the block.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
-from types import TracebackType
-from typing import Final, Generic
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Final, Generic, Protocol, TypeVar
 
+import attrs
 import trio
 
-from .._net.groups import holds_only
-from .._sansio.breaker import BreakerRegistry, BreakerStats, CircuitBreaker
+from .._net.groups import unwrap_group
 from .._sansio.config import MaintConfig
 from .._sansio.endpoint import Endpoint
-from .._sansio.errors import (
-    CircuitBreakerOpenError,
-    ConnectionClosedError,
-    HandoffDialError,
-    HandoffQueueFullError,
-    HandoffRetriesExhaustedError,
-)
-from .jobs import ConnT, HandoffConnection, HandoffStats, Job, Phase, withdrawn
+from .._sansio.errors import ConnectionClosedError, HandoffDialError, HandoffQueueFullError
 
 __all__ = [
     "QUEUE_FULL_GRACE",
-    "RETRY_BASE_DELAY",
+    "QUEUE_FULL_MESSAGE",
     "WORKER_IDLE_TIMEOUT",
     "HandoffConnection",
     "HandoffManager",
     "HandoffStats",
+    "open_handoff_manager",
 ]
 
 logger = logging.getLogger("trio_maint.handoff")
 
-#: Seconds a worker waits for a request before exiting.
+#: Seconds (``float``) a worker waits for a request before exiting.
 WORKER_IDLE_TIMEOUT: Final = 15.0
-#: Seconds a request waits for room in a full queue before failing.
+#: Seconds (``float``) a request waits for room in a full queue before failing.
 QUEUE_FULL_GRACE: Final = 0.1
-#: Delay (seconds) before the first retry of a failed dial; doubled for each further
-#: retry and capped at ``handoff_timeout``.
-RETRY_BASE_DELAY: Final = 0.5
 
 QUEUE_FULL_MESSAGE: Final = (
     "handoff queue is full, cannot queue new handoff requests — "
@@ -60,208 +52,161 @@ QUEUE_FULL_MESSAGE: Final = (
 )
 
 
-class _State(enum.Enum):
-    NEW = "new"
-    OPEN = "open"
-    CLOSED = "closed"
+class HandoffConnection(Protocol):
+    """What the manager needs from what it hands off: a unique ``id`` (``int``), stable
+    across handoffs. Everything else is done by the owner's ``perform``."""
+
+    @property
+    def id(self) -> int: ...
+
+
+ConnT = TypeVar("ConnT", bound=HandoffConnection)
+
+
+class _Phase(enum.Enum):
+    WAITING_ROOM = "waiting for room in the queue"
+    QUEUED = "queued"
+    RUNNING = "running"
+
+
+@attrs.define(eq=False)
+class _Job(Generic[ConnT]):
+    conn: ConnT
+    endpoint: Endpoint
+    seq_id: int
+    phase: _Phase
+    done: bool = False
+    scope: trio.CancelScope | None = None
+
+
+def _withdrawn(job: _Job[ConnT]) -> bool:
+    # A function call, so that type checkers do not assume ``done`` unchanged across awaits.
+    return job.done
+
+
+@attrs.frozen
+class HandoffStats:
+    """A snapshot of a :class:`HandoffManager` (all ``int``).
+
+    :ivar pending: requests the manager owns (waiting for room, queued or running).
+    :ivar queued: requests sitting in the queue.
+    :ivar running: attempts being performed now.
+    :ivar completed: attempts that succeeded since the start.
+    :ivar failed: attempts that failed since the start, any reason.
+    :ivar queue_full: requests refused because the queue stayed full.
+    :ivar workers: worker tasks alive; :ivar max_workers: the limit.
+    :ivar queue_capacity: the queue's capacity (``handoff_queue_size``).
+    """
+
+    pending: int
+    queued: int
+    running: int
+    completed: int
+    failed: int
+    queue_full: int
+    workers: int
+    max_workers: int
+    queue_capacity: int
 
 
 class HandoffManager(Generic[ConnT]):
-    """Runs connection handoffs in worker tasks it owns; use as ``async with``.
+    """Runs handoff attempts in worker tasks of its own nursery; get one from
+    :func:`open_handoff_manager`.
 
-    ::
-
-        async with HandoffManager(config, perform=swap, on_success=give_back,
-                                  on_failure=discard) as manager:
-            manager.queue_handoff_nowait(conn, Endpoint("10.0.0.5", 12000), seq_id=1001)
-
-    Each queued connection ends in exactly one callback: ``on_success(conn)`` once its
-    stream was swapped, or ``on_failure(conn, error)`` when the handoff failed or was
-    abandoned; the owner then discards the connection. Between queueing and that callback
-    the manager owns the connection: its owner must not use it (but may take it back with
-    :meth:`cancel_handoff`). Behaviour follows Redis's handoff worker manager (see
-    docs/maintenance.md), with these rules:
-
-    * ``perform(conn, endpoint)`` runs under a deadline of ``handoff_timeout`` seconds
-      (visible to it through ``trio.current_effective_deadline()``). It dials, redoes the
-      handshake and swaps the stream, and on any error leaves the connection on its old
-      stream (closing the new one). It raises :class:`~trio_maint.HandoffDialError` when
-      the endpoint cannot be reached: retried after 0.5 s, 1 s, 2 s... (capped at
-      ``handoff_timeout``) up to ``max_handoff_retries`` dial attempts in all, then
-      :class:`~trio_maint.HandoffRetriesExhaustedError`. Running out of time counts as a
-      dial failure. Any other exception fails the handoff at once.
-    * Before each dial the endpoint's circuit breaker is asked; an open breaker fails the
-      handoff with :class:`~trio_maint.CircuitBreakerOpenError` without dialing. Dial
-      failures and successes are recorded, so a breaker recovers (half-open, then closed)
-      once the endpoint answers again.
-    * One request per connection id: a request for a connection already owned by the
-      manager is merged into it; a newer ``seq_id`` replaces the target endpoint (a
-      handoff running to the old endpoint is redone to the new one), an older or equal
-      one is ignored as stale.
-    * Leaving the ``async with`` block cancels workers, retries and timers, and calls
-      ``on_failure(conn, ConnectionClosedError)`` for every connection still owned.
-      Nothing runs afterwards.
-
-    * ``perform`` is also where the owner applies the post-handoff relaxation
-      (``config.post_handoff_relaxed_duration``) to the connection's timeouts, after the
-      dial and before the handshake.
-
-    Callbacks are synchronous and must not block; an exception they raise is logged and
-    ignored.
-
-    :param config: the :class:`~trio_maint.MaintConfig`; its automatic (0) fields are
-        resolved with ``pool_size`` and ``max_active_conns``.
-    :param perform: ``async (conn, endpoint) -> None``, see above.
-    :param on_success: ``(conn) -> None``, called after a successful handoff.
-    :param on_failure: ``(conn, error) -> None``, called when the manager gives the
-        connection up; ``error`` is a :class:`~trio_maint.HandoffError`, the exception
-        ``perform`` raised, or :class:`~trio_maint.ConnectionClosedError` at shutdown.
-    :param breakers: a :class:`~trio_maint.lowlevel.BreakerRegistry` to share between managers;
-        by default a new one configured from ``config``.
-    :param pool_size: the size of the pool served (``int``), for scaling.
-    :param max_active_conns: the pool's limit on open connections (``int``), for scaling.
+    Between :meth:`queue_handoff_nowait` and its report the manager owns the connection.
+    Each request ends in exactly one call ``on_outcome(conn, error)``: ``error`` is
+    ``None`` when ``perform`` returned, the exception ``perform`` raised (a
+    :class:`~trio_maint.HandoffDialError` when the endpoint could not be reached; running
+    out of ``handoff_timeout`` counts as one), :class:`~trio_maint.HandoffQueueFullError`
+    when the queue stayed full, or :class:`~trio_maint.ConnectionClosedError` when the
+    manager closed first. A request withdrawn with :meth:`cancel_handoff` gets no report.
+    Callbacks are synchronous; an exception they raise is logged and ignored.
     """
 
     def __init__(
         self,
         config: MaintConfig,
+        nursery: trio.Nursery,
         *,
         perform: Callable[[ConnT, Endpoint], Awaitable[None]],
-        on_success: Callable[[ConnT], None] | None = None,
-        on_failure: Callable[[ConnT, BaseException], None] | None = None,
-        breakers: BreakerRegistry | None = None,
-        pool_size: int = 0,
-        max_active_conns: int = 0,
+        on_outcome: Callable[[ConnT, BaseException | None], None],
     ) -> None:
-        self.config: Final = config.resolved(pool_size, max_active_conns)
+        if not config.is_resolved:
+            raise ValueError("HandoffManager needs a resolved MaintConfig (config.resolved())")
+        self.config: Final = config
+        self._nursery = nursery
         self._perform = perform
-        self._on_success = on_success
-        self._on_failure = on_failure
-        self._breakers = breakers if breakers is not None else BreakerRegistry.from_config(config)
-        self._send, self._receive = trio.open_memory_channel[Job[ConnT]](
-            self.config.handoff_queue_size
-        )
-        self._state = _State.NEW
-        self._nursery: trio.Nursery | None = None
-        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
-        self._pending: dict[int, Job[ConnT]] = {}
-        self._timers: dict[int, tuple[int, trio.CancelScope]] = {}
+        self._on_outcome = on_outcome
+        self._send, self._receive = trio.open_memory_channel[_Job[ConnT]](config.handoff_queue_size)
+        self._closed = False
+        self._pending: dict[int, _Job[ConnT]] = {}
         self._workers = 0
         self._starting = 0
         self._completed = 0
         self._failed = 0
         self._queue_full = 0
 
-    # ----------------------------------------------------------------------------- lifetime
-
-    async def __aenter__(self) -> HandoffManager[ConnT]:
-        if self._state is not _State.NEW:
-            raise RuntimeError("a HandoffManager can be entered only once")
-        manager: AbstractAsyncContextManager[trio.Nursery] = trio.open_nursery()
-        self._nursery = await manager.__aenter__()
-        self._nursery_manager = manager
-        self._state = _State.OPEN
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        assert self._nursery is not None
-        self._state = _State.CLOSED
-        self._nursery.cancel_scope.cancel()
-        assert self._nursery_manager is not None
-        try:
-            return bool(await self._nursery_manager.__aexit__(exc_type, exc, tb))
-        except BaseExceptionGroup as group:
-            # Workers never raise, so a group holds only the body's own exception: let it
-            # propagate unwrapped, as if there were no nursery.
-            if exc is not None and holds_only(group, exc):
-                return False
-            raise
-        finally:
-            self._send.close()
-            self._receive.close()
-            self._timers.clear()
-            error = ConnectionClosedError("handoff manager closed before the handoff completed")
-            for job in list(self._pending.values()):
-                self._finish(job, error)
-
     @property
     def closed(self) -> bool:
-        """``True`` once the ``async with`` block has been left (``bool``)."""
-        return self._state is _State.CLOSED
-
-    def _check_open(self) -> trio.Nursery:
-        if self._state is _State.NEW or self._nursery is None:
-            raise RuntimeError("use the HandoffManager as 'async with' before queueing")
-        if self._state is _State.CLOSED:
-            raise ConnectionClosedError("the handoff manager is closed")
-        return self._nursery
+        """``True`` once its ``async with`` block has been left (``bool``)."""
+        return self._closed
 
     # ------------------------------------------------------------------------------ queueing
 
+    def _new_job(self, conn: ConnT, endpoint: Endpoint, seq_id: int) -> _Job[ConnT] | None:
+        if self._closed:
+            raise ConnectionClosedError("the handoff manager is closed")
+        if conn.id in self._pending:
+            logger.debug("conn[%d] already has a handoff; request ignored", conn.id)
+            return None
+        job = _Job(conn, endpoint, seq_id, _Phase.QUEUED)
+        self._pending[conn.id] = job
+        return job
+
     @trio.lowlevel.enable_ki_protection
     def queue_handoff_nowait(self, conn: ConnT, endpoint: Endpoint, seq_id: int) -> bool:
-        """Hand ``conn`` over for a handoff to ``endpoint`` (never blocks).
-
-        For push handlers and pool hooks. If the queue is full, waiting up to 0.1 s for
-        room happens in the background; if it stays full, ``on_failure(conn,
-        HandoffQueueFullError)`` is called.
+        """Hand ``conn`` over for a handoff to ``endpoint`` (never blocks; for push handlers
+        and pool hooks). If the queue is full, the wait of up to 0.1 s for room happens in
+        the background, then ``on_outcome(conn, HandoffQueueFullError)``.
 
         :param conn: the connection; the manager owns it from now on.
-        :param endpoint: the target :class:`~trio_maint.Endpoint`.
-        :param seq_id: the MOVING notification's sequence id (``int``).
-        :returns: ``True`` if a new request was made, ``False`` if it was merged into the
-            request already owning ``conn`` (see the class documentation).
+        :param endpoint: the target :class:`~trio_maint.Endpoint` (``perform`` receives it).
+        :param seq_id: the MOVING notification's sequence id (``int``), for logs.
+        :returns: ``False`` if ``conn`` already had a request (nothing changed).
         :raises ConnectionClosedError: the manager is closed; ``conn`` stays the caller's.
-        :raises RuntimeError: the manager was not entered yet.
         """
-        nursery = self._check_open()
-        existing = self._pending.get(conn.id)
-        if existing is not None:
-            self._merge(existing, endpoint, seq_id)
+        job = self._new_job(conn, endpoint, seq_id)
+        if job is None:
             return False
-        job = Job(conn, endpoint, seq_id, Phase.QUEUED)
-        self._pending[conn.id] = job
-        self._cancel_timer(conn.id)
         try:
             self._send.send_nowait(job)
         except trio.WouldBlock:
-            job.phase = Phase.WAITING_ROOM
-            nursery.start_soon(self._grace_send, job)
+            job.phase = _Phase.WAITING_ROOM
+            self._nursery.start_soon(self._grace_send, job)
         self._ensure_workers()
         return True
 
     async def queue_handoff(self, conn: ConnT, endpoint: Endpoint, seq_id: int) -> bool:
-        """Like :meth:`queue_handoff_nowait`, but waits for room in a full queue itself
-        (up to 0.1 s) and reports a queue that stayed full by raising.
+        """Like :meth:`queue_handoff_nowait`, but waits for room in a full queue itself (up
+        to 0.1 s) and reports a queue that stayed full by raising.
 
         :returns: as :meth:`queue_handoff_nowait`.
-        :raises HandoffQueueFullError: the queue stayed full; ``on_failure(conn, error)``
-            has already been called, so the caller must leave ``conn`` alone.
+        :raises HandoffQueueFullError: the queue stayed full; ``on_outcome`` has been
+            called already, so the caller must leave ``conn`` alone.
         :raises ConnectionClosedError: the manager is closed; ``conn`` stays the caller's.
-        :raises RuntimeError: the manager was not entered yet.
 
         If the calling task is cancelled while waiting, the request is withdrawn and
         ``conn`` stays the caller's.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        self._check_open()
-        existing = self._pending.get(conn.id)
-        if existing is not None:
-            self._merge(existing, endpoint, seq_id)
+        job = self._new_job(conn, endpoint, seq_id)
+        if job is None:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return False
-        job = Job(conn, endpoint, seq_id, Phase.QUEUED)
-        self._pending[conn.id] = job
-        self._cancel_timer(conn.id)
         try:
             self._send.send_nowait(job)
         except trio.WouldBlock:
-            job.phase = Phase.WAITING_ROOM
+            job.phase = _Phase.WAITING_ROOM
             self._ensure_workers()
             if not await self._grace_send(job, caller_owned=True):
                 raise HandoffQueueFullError(QUEUE_FULL_MESSAGE) from None
@@ -270,9 +215,9 @@ class HandoffManager(Generic[ConnT]):
         await trio.lowlevel.cancel_shielded_checkpoint()
         return True
 
-    async def _grace_send(self, job: Job[ConnT], caller_owned: bool = False) -> bool:
-        """Wait up to QUEUE_FULL_GRACE for room in the queue. Returns False only when the
-        queue stayed full (the job is then failed with HandoffQueueFullError)."""
+    async def _grace_send(self, job: _Job[ConnT], caller_owned: bool = False) -> bool:
+        """Wait up to QUEUE_FULL_GRACE for room. False only when the queue stayed full
+        (the job is then reported with HandoffQueueFullError)."""
         try:
             with trio.CancelScope() as job.scope:
                 with trio.move_on_after(QUEUE_FULL_GRACE):
@@ -280,8 +225,8 @@ class HandoffManager(Generic[ConnT]):
                         await self._send.send(job)
                     except (trio.ClosedResourceError, trio.BrokenResourceError):
                         return True  # closing: the shutdown reports the job
-                    if job.phase is Phase.WAITING_ROOM:  # a worker may have it already
-                        job.phase = Phase.QUEUED
+                    if job.phase is _Phase.WAITING_ROOM:  # a worker may have it already
+                        job.phase = _Phase.QUEUED
                         job.scope = None
                     return True
         except BaseException:
@@ -290,7 +235,7 @@ class HandoffManager(Generic[ConnT]):
                 job.done = True
             raise
         if job.done:
-            return True  # withdrawn by cancel_handoff or failed by the shutdown
+            return True  # withdrawn, or reported by the shutdown
         self._queue_full += 1
         stats = self._send.statistics()
         logger.warning(
@@ -310,105 +255,16 @@ class HandoffManager(Generic[ConnT]):
         self._finish(job, HandoffQueueFullError(QUEUE_FULL_MESSAGE))
         return False
 
-    def _merge(self, job: Job[ConnT], endpoint: Endpoint, seq_id: int) -> None:
-        if seq_id <= job.seq_id:
-            logger.debug(
-                "conn[%d] already has a handoff (seq %d); ignoring seq %d",
-                job.conn.id,
-                job.seq_id,
-                seq_id,
-                extra={"event": "handoff_duplicate", "conn_id": job.conn.id, "seq_id": seq_id},
-            )
-            return
-        changed = endpoint != job.endpoint
-        job.seq_id = seq_id
-        if changed:
-            job.endpoint = endpoint
-            job.attempts = 0
-            if job.phase is Phase.RUNNING:
-                job.redo = True
-        logger.debug(
-            "conn[%d] handoff retargeted to %s (seq %d)",
-            job.conn.id,
-            endpoint,
-            seq_id,
-            extra={"event": "handoff_retargeted", "conn_id": job.conn.id, "seq_id": seq_id},
-        )
-
-    def schedule_handoff(
-        self,
-        conn: ConnT,
-        endpoint: Endpoint,
-        seq_id: int,
-        *,
-        delay: float,
-        claim: Callable[[ConnT], bool] | None = None,
-    ) -> None:
-        """Queue a handoff of ``conn`` to ``endpoint`` after ``delay`` seconds (``float``),
-        for a MOVING with a null endpoint (reconnect to the configured address after half
-        its ``time``, see docs/maintenance.md).
-
-        ``conn`` stays its owner's until the timer fires. Then ``claim(conn)`` is called:
-        it must atomically take the connection from the pool if it is idle and return
-        ``True`` (the manager then owns it), or return ``False`` to skip (e.g. it is in
-        use and will be queued on release). A newer ``seq_id`` replaces a pending timer of
-        the same connection; an older or equal one is ignored. Timers die with the manager.
-
-        :raises ConnectionClosedError: the manager is closed.
-        :raises RuntimeError: the manager was not entered yet.
-        """
-        nursery = self._check_open()
-        current = self._timers.get(conn.id)
-        if current is not None:
-            if seq_id <= current[0]:
-                return
-            current[1].cancel()
-        scope = trio.CancelScope()
-        self._timers[conn.id] = (seq_id, scope)
-        nursery.start_soon(self._fire_later, conn, endpoint, seq_id, delay, claim, scope)
-
-    async def _fire_later(
-        self,
-        conn: ConnT,
-        endpoint: Endpoint,
-        seq_id: int,
-        delay: float,
-        claim: Callable[[ConnT], bool] | None,
-        scope: trio.CancelScope,
-    ) -> None:
-        with scope:
-            await trio.sleep(max(delay, 0.0))
-        if scope.cancel_called or self._state is not _State.OPEN:
-            return
-        if self._timers.get(conn.id, (0, None))[1] is scope:
-            del self._timers[conn.id]
-        try:
-            if claim is not None and not claim(conn):
-                return
-        except Exception:
-            logger.exception("conn[%d] claim callback failed", conn.id)
-            return
-        self.queue_handoff_nowait(conn, endpoint, seq_id)
-
-    def _cancel_timer(self, conn_id: int) -> None:
-        timer = self._timers.pop(conn_id, None)
-        if timer is not None:
-            timer[1].cancel()
-
     @trio.lowlevel.enable_ki_protection
     def cancel_handoff(self, conn_id: int) -> bool:
-        """Withdraw the handoff (or scheduled handoff) of connection ``conn_id`` (``int``),
-        e.g. because its owner removed it from the pool. A running attempt is cancelled.
-        No callback is called.
+        """Withdraw connection ``conn_id``'s request (``int``): a running attempt is
+        cancelled; no report follows and the connection is the caller's again.
 
         :returns: ``True`` if there was one (``bool``).
         """
-        timer = self._timers.pop(conn_id, None)
-        if timer is not None:
-            timer[1].cancel()
         job = self._pending.pop(conn_id, None)
         if job is None:
-            return timer is not None
+            return False
         job.done = True
         if job.scope is not None:
             job.scope.cancel()
@@ -417,10 +273,10 @@ class HandoffManager(Generic[ConnT]):
     # ------------------------------------------------------------------------------- workers
 
     def _ensure_workers(self) -> None:
-        if self._state is not _State.OPEN or self._nursery is None:
+        if self._closed:
             return
         stats = self._send.statistics()
-        waiting = sum(1 for j in self._pending.values() if j.phase is Phase.WAITING_ROOM)
+        waiting = sum(1 for j in self._pending.values() if j.phase is _Phase.WAITING_ROOM)
         needed = stats.current_buffer_used + waiting - stats.tasks_waiting_receive - self._starting
         while needed > 0 and self._workers < self.config.max_workers:
             self._workers += 1
@@ -441,159 +297,55 @@ class HandoffManager(Generic[ConnT]):
                     await self._run(job)
                 except Exception:  # a bug, not an outcome: keep the nursery alive
                     logger.exception("conn[%d] handoff worker crashed", job.conn.id)
-                    if not job.done:
-                        self._finish(job, ConnectionClosedError("handoff worker crashed"))
+                    self._finish(job, ConnectionClosedError("handoff worker crashed"))
         except (trio.EndOfChannel, trio.ClosedResourceError):
             return
         finally:
             self._workers -= 1
 
-    async def _run(self, job: Job[ConnT]) -> None:
+    async def _run(self, job: _Job[ConnT]) -> None:
         if job.done or self._pending.get(job.conn.id) is not job:
             return
-        job.phase = Phase.RUNNING
-        config = self.config
-        while True:
-            endpoint = job.endpoint
-            now = trio.current_time()
-            breaker = self._breakers.get(endpoint, now)
-            if not breaker.allow(now):
-                logger.warning(
-                    "conn[%d] circuit breaker for %s is open, failing fast",
-                    job.conn.id,
-                    endpoint,
-                    extra={"event": "handoff_breaker_open", "conn_id": job.conn.id},
-                )
-                self._finish(
-                    job, CircuitBreakerOpenError(f"circuit breaker for {endpoint} is open")
-                )
-                return
-            job.attempts += 1
-            job.redo = False
-            logger.info(
-                "conn[%d] handoff to %s (attempt %d/%d)",
-                job.conn.id,
-                endpoint,
-                job.attempts,
-                config.max_handoff_retries,
-                extra={
-                    "event": "handoff_attempt",
-                    "conn_id": job.conn.id,
-                    "endpoint": str(endpoint),
-                    "attempt": job.attempts,
-                    "seq_id": job.seq_id,
-                },
-            )
-            error: BaseException | None = None
-            with trio.CancelScope() as job.scope:
-                with trio.move_on_after(config.handoff_timeout) as budget:
-                    try:
-                        await self._perform(job.conn, endpoint)
-                    except Exception as exc:
-                        error = exc
-                    except BaseException:  # shutdown: no verdict on the endpoint
-                        breaker.release()
-                        raise
-            job.scope = None
-            if withdrawn(job):  # by cancel_handoff while performing
-                breaker.release()
-                return
-            if budget.cancelled_caught and error is None:
-                error = HandoffDialError(
-                    f"handoff to {endpoint} did not finish within {config.handoff_timeout} s"
-                )
-            now = trio.current_time()
-            if error is None:
-                breaker.record_success(now)
-                if job.redo:
-                    job.attempts = 0
-                    continue
-                self._finish(job, None)
-                return
-            if isinstance(error, HandoffDialError):
-                breaker.record_failure(now)
-            else:
-                breaker.release()
-            if job.redo:  # retargeted meanwhile: try the new endpoint
-                job.attempts = 0
-                continue
-            if not isinstance(error, HandoffDialError):
-                self._finish(job, error)
-                return
-            if job.attempts >= config.max_handoff_retries:
-                exhausted = HandoffRetriesExhaustedError(
-                    f"handoff to {endpoint} failed after {job.attempts} dial attempts: {error}"
-                )
-                exhausted.__cause__ = error
-                self._finish(job, exhausted)
-                return
-            delay = min(RETRY_BASE_DELAY * 2 ** (job.attempts - 1), config.handoff_timeout)
-            logger.info(
-                "conn[%d] handoff to %s failed (attempt %d/%d), retrying in %.2f s: %s",
-                job.conn.id,
-                endpoint,
-                job.attempts,
-                config.max_handoff_retries,
-                delay,
-                error,
-                extra={"event": "handoff_retry", "conn_id": job.conn.id, "delay": delay},
-            )
-            job.phase = Phase.RETRY_WAIT
-            assert self._nursery is not None
-            self._nursery.start_soon(self._retry_later, job, delay)
-            return
-
-    async def _retry_later(self, job: Job[ConnT], delay: float) -> None:
+        job.phase = _Phase.RUNNING
+        timeout = self.config.handoff_timeout
+        error: BaseException | None = None
         with trio.CancelScope() as job.scope:
-            await trio.sleep(delay)
+            with trio.move_on_after(timeout) as budget:
+                try:
+                    await self._perform(job.conn, job.endpoint)
+                except Exception as exc:
+                    error = exc
         job.scope = None
-        if job.done or self._state is not _State.OPEN:
+        if _withdrawn(job):
             return
-        job.phase = Phase.QUEUED
-        try:
-            self._send.send_nowait(job)
-        except trio.WouldBlock:
-            job.phase = Phase.WAITING_ROOM
-            self._ensure_workers()
-            await self._grace_send(job)
-            return
-        self._ensure_workers()
+        if budget.cancelled_caught and error is None:
+            error = HandoffDialError(f"handoff to {job.endpoint} did not finish within {timeout} s")
+        self._finish(job, error)
 
     @trio.lowlevel.enable_ki_protection
-    def _finish(self, job: Job[ConnT], error: BaseException | None) -> None:
+    def _finish(self, job: _Job[ConnT], error: BaseException | None) -> None:
         if job.done:
             return
         job.done = True
         if self._pending.get(job.conn.id) is job:
             del self._pending[job.conn.id]
-        extra = {"conn_id": job.conn.id, "endpoint": str(job.endpoint), "seq_id": job.seq_id}
         if error is None:
             self._completed += 1
-            logger.info(
-                "conn[%d] handoff to %s succeeded",
-                job.conn.id,
-                job.endpoint,
-                extra={"event": "handoff_succeeded", **extra},
-            )
-            try:
-                if self._on_success is not None:
-                    self._on_success(job.conn)
-            except Exception:
-                logger.exception("conn[%d] on_success callback failed", job.conn.id)
-            return
-        self._failed += 1
-        logger.warning(
-            "conn[%d] handoff to %s failed: %s",
-            job.conn.id,
-            job.endpoint,
-            error,
-            extra={"event": "handoff_failed", "error": repr(error), **extra},
-        )
+        else:
+            self._failed += 1
         try:
-            if self._on_failure is not None:
-                self._on_failure(job.conn, error)
+            self._on_outcome(job.conn, error)
         except Exception:
-            logger.exception("conn[%d] on_failure callback failed", job.conn.id)
+            logger.exception("conn[%d] on_outcome callback failed", job.conn.id)
+
+    def _close(self) -> None:
+        self._closed = True
+        self._send.close()
+        self._receive.close()
+        self._nursery.cancel_scope.cancel()
+        error = ConnectionClosedError("handoff manager closed before the handoff completed")
+        for job in list(self._pending.values()):
+            self._finish(job, error)
 
     # ------------------------------------------------------------------------- introspection
 
@@ -601,36 +353,53 @@ class HandoffManager(Generic[ConnT]):
         """Whether the manager owns connection ``conn_id`` (``int``) for a handoff."""
         return conn_id in self._pending
 
-    def pending_seq_ids(self) -> dict[int, int]:
-        """A copy of the pending map: connection id -> MOVING ``seq_id``."""
-        return {conn_id: job.seq_id for conn_id, job in self._pending.items()}
-
-    @property
-    def breakers(self) -> BreakerRegistry:
-        """The :class:`~trio_maint.lowlevel.BreakerRegistry` in use."""
-        return self._breakers
-
-    def breaker(self, endpoint: Endpoint) -> CircuitBreaker:
-        """The circuit breaker of ``endpoint`` (created if needed)."""
-        return self._breakers.get(endpoint, trio.current_time())
-
-    def circuit_breaker_stats(self) -> tuple[BreakerStats, ...]:
-        """:class:`~trio_maint.lowlevel.BreakerStats` of every endpoint seen, sorted by endpoint."""
-        return self._breakers.stats()
-
     def stats(self) -> HandoffStats:
         """A :class:`HandoffStats` snapshot."""
         phases = [job.phase for job in self._pending.values()]
         return HandoffStats(
             pending=len(phases),
-            queued=self._send.statistics().current_buffer_used if not self.closed else 0,
-            running=phases.count(Phase.RUNNING),
-            retry_waiting=phases.count(Phase.RETRY_WAIT),
+            queued=0 if self._closed else self._send.statistics().current_buffer_used,
+            running=phases.count(_Phase.RUNNING),
             completed=self._completed,
             failed=self._failed,
             queue_full=self._queue_full,
             workers=self._workers,
             max_workers=self.config.max_workers,
             queue_capacity=self.config.handoff_queue_size,
-            scheduled=len(self._timers),
         )
+
+
+@asynccontextmanager
+async def open_handoff_manager(
+    config: MaintConfig,
+    *,
+    perform: Callable[[ConnT, Endpoint], Awaitable[None]],
+    on_outcome: Callable[[ConnT, BaseException | None], None],
+    pool_size: int = 0,
+    max_active_conns: int = 0,
+) -> AsyncIterator[HandoffManager[ConnT]]:
+    """Open a :class:`HandoffManager` whose workers run in a nursery of its own::
+
+        async with open_handoff_manager(config, perform=swap, on_outcome=report) as manager:
+            manager.queue_handoff_nowait(conn, Endpoint("10.0.0.5", 12000), seq_id=1001)
+
+    ``perform(conn, endpoint)`` dials, redoes the handshake and swaps the stream, under a
+    deadline of ``handoff_timeout`` seconds (``trio.current_effective_deadline()``); on
+    any error it leaves the connection on its old stream. Leaving the block cancels every
+    attempt and reports each request still owned with ``ConnectionClosedError``.
+
+    :param config: the :class:`~trio_maint.MaintConfig`; its automatic (0) fields are
+        resolved with ``pool_size`` and ``max_active_conns`` (``int``).
+    :param perform: ``async (conn, endpoint) -> None``.
+    :param on_outcome: ``(conn, error | None) -> None``, once per request.
+    """
+    resolved = config.resolved(pool_size, max_active_conns)
+    try:
+        async with trio.open_nursery() as nursery:
+            manager = HandoffManager(resolved, nursery, perform=perform, on_outcome=on_outcome)
+            try:
+                yield manager
+            finally:
+                manager._close()
+    except BaseExceptionGroup as group:
+        raise unwrap_group(group) from None

@@ -84,7 +84,6 @@ class Connection(StreamIO):
         "_sending",
         "broken",
         "closed",
-        "handoff",
         "handshake_hook",
         "last_used",
         "maint_enabled",
@@ -119,7 +118,6 @@ class Connection(StreamIO):
         self.server_info: dict[Any, Any] = {}
         self.maint_enabled = False
         self.last_used = 0.0
-        self.handoff: Any = None
         self.reply_timer = None
         self._timed_out = False
 

@@ -158,6 +158,10 @@ class ConnectionPool:
         """Every open connection the pool owns or lent (a new ``list``)."""
         return list(self._all.values())
 
+    def find(self, conn_id: int) -> Connection | None:
+        """The open connection ``conn_id`` (``int``) of this pool, or ``None``."""
+        return self._all.get(conn_id)
+
     def owns(self, conn: Connection) -> bool:
         """Whether ``conn`` is one of this pool's open connections (``bool``)."""
         return self._all.get(conn.id) is conn
@@ -315,13 +319,11 @@ class ConnectionPool:
             if active is not None:
                 active.release()
             raise
+        self._all[conn.id] = conn
         if self._closed:
-            conn.close_nowait()
-            if active is not None:
-                active.release()
+            self._remove(conn, "pool closed")  # the hooks forget it; the token is released
             raise ConnectionClosedError("the connection pool is closed")
         conn.reply_timer = self.reply_timer
-        self._all[conn.id] = conn
         self._created += 1
         return conn
 
@@ -454,7 +456,7 @@ class ConnectionPool:
                 except Exception as exc:
                     logger.warning("could not open a min_idle_conns connection: %s", exc)
                     break
-                self._to_idle(conn)
+                self._return_drained(conn, trio.current_time())  # through the on_put hooks
             try:
                 await self.drain_idle()
             except Exception:  # pragma: no cover - drain_idle handles connection errors

@@ -1,0 +1,649 @@
+"""The maintenance decision core: :class:`MaintenanceMachine` (sans-IO).
+
+Every decision the client takes about maintenance lives here once, in the manner of h11's
+``ConnectionState``: inputs are events (a notification read on a connection, a connection
+acquired / released / removed, a handoff's outcome, a timer, a ``READONLY`` reply) with
+``now`` (``float`` seconds of a monotonic clock: ``trio.current_time()`` in the shell);
+outputs are a verdict where the pool needs one plus actions
+(:mod:`~trio_maint._sansio.maint_types`) for the Trio shell to carry out. It decides
+relaxation, MOVING (seqID de-duplication, the dial target, which connections move and
+when, retargeting), handoff admission by circuit breakers, retries and their exhaustion,
+and the bounds on churn. docs/maintenance.md states each rule, including the seqID rule:
+seqIDs are compared per *source* (the endpoint a MOVING was read from) and a source's
+record is forgotten once a move to that endpoint has completed, since a node may number
+its notifications afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import Final
+
+import attrs
+
+from .breaker import BreakerRegistry
+from .config import MaintConfig, MaintMode
+from .endpoint import Endpoint
+from .errors import CircuitBreakerOpenError, HandoffRetriesExhaustedError
+from .events import (
+    HandoffFailed,
+    HandoffQueued,
+    HandoffSucceeded,
+    MaintenanceDisabled,
+    MovingStarted,
+)
+from .maint_types import (
+    Action,
+    CancelHandoff,
+    ConnKind,
+    ConnRecord,
+    Discard,
+    Emit,
+    GiveBack,
+    MachineState,
+    Mark,
+    MovingSeen,
+    Outcome,
+    Phase,
+    ReadonlyVerdict,
+    Relax,
+    Restore,
+    ScheduleTimer,
+    SetDialTarget,
+    StartHandoff,
+    TakeIdle,
+    Verdict,
+)
+from .notifications import (
+    FailedOver,
+    FailingOver,
+    Migrated,
+    Migrating,
+    Moving,
+    Notification,
+    SMigrated,
+    SMigrating,
+)
+from .timeouts import RelaxedTimeouts
+
+__all__ = [
+    "HANDOFF_PACING",
+    "MAX_BREAKERS",
+    "MAX_SOURCES",
+    "RETRY_BASE_DELAY",
+    "MaintenanceMachine",
+]
+
+logger = logging.getLogger("trio_maint.maintenance")
+
+#: Seconds (``float``) a connection waits after a handoff before it is handed off again: a
+#: newer MOVING for it meanwhile is kept as its one pending target and applied then.
+HANDOFF_PACING: Final = 1.0
+#: Delay (``float`` seconds) before the first retry of a failed handoff dial; doubled for
+#: each further retry and capped at ``handoff_timeout``.
+RETRY_BASE_DELAY: Final = 0.5
+#: Most circuit breakers kept; the least recently used are dropped beyond it (``int``).
+MAX_BREAKERS: Final = 64
+#: Most MOVING sources (endpoints) whose latest seqID is remembered (``int``).
+MAX_SOURCES: Final = 256
+
+_OPENING = (Migrating, FailingOver, SMigrating)
+_CLOSING = (Migrated, FailedOver, SMigrated)
+_INF: Final = float("inf")
+
+
+@attrs.frozen
+class _Move:
+    source: Endpoint
+    target: Endpoint | None
+    seq_id: int
+    deadline: float
+
+
+_HANDED = (Phase.QUEUED, Phase.RUNNING, Phase.RETRY_WAIT)
+#: The common answer of acquired/released: nothing to do (shared, never mutated).
+_KEPT: Final[tuple[Verdict, Sequence[Action]]] = (Verdict.KEEP, ())
+
+
+def _blocked_error(rec: ConnRecord) -> str:
+    message = f"the circuit breaker of conn[{rec.conn_id}]'s target is open"
+    return repr(CircuitBreakerOpenError(message))
+
+
+class MaintenanceMachine:
+    """The maintenance decisions of one client (one pool, its pub/sub connections).
+
+    :param config: the :class:`MaintConfig`; its automatic (0) fields are resolved with
+        ``pool_size`` and ``max_active_conns``.
+    :param configured: the endpoint the client was configured with (:class:`Endpoint`).
+    :param pool_size: the pool's size (``int``), for resolving ``config``.
+    :param max_active_conns: the pool's cap on open connections (``int``).
+    :param breakers: a :class:`BreakerRegistry` (default: one from ``config``, bounded to
+        :data:`MAX_BREAKERS`).
+
+    Methods take ``now`` and return actions to carry out in order; the machine never
+    raises on unknown connection ids (it ignores them).
+    """
+
+    def __init__(
+        self,
+        config: MaintConfig,
+        configured: Endpoint,
+        *,
+        pool_size: int = 0,
+        max_active_conns: int = 0,
+        breakers: BreakerRegistry | None = None,
+    ) -> None:
+        self.config: Final = config.resolved(pool_size, max_active_conns)
+        self.mode = config.mode
+        self.configured: Final = configured
+        self.breakers: Final = (
+            breakers
+            if breakers is not None
+            else BreakerRegistry.from_config(config, max_size=MAX_BREAKERS)
+        )
+        self._target = configured
+        self._conns: dict[int, ConnRecord] = {}
+        self._seen: OrderedDict[Endpoint, int] = OrderedDict()
+        self._arrivals: OrderedDict[Endpoint, float] = OrderedDict()
+        self._last: _Move | None = None
+        self._wake = _INF
+        self._completed = 0
+        self._failed = 0
+        self._disabled_reported = False
+        self.closed = False
+
+    # -------------------------------------------------------------------- introspection
+
+    def record(self, conn_id: int) -> ConnRecord | None:
+        """The :class:`ConnRecord` of ``conn_id`` (``None`` if unknown); do not modify."""
+        return self._conns.get(conn_id)
+
+    def records(self) -> Iterator[ConnRecord]:
+        """Every known connection's :class:`ConnRecord`."""
+        return iter(list(self._conns.values()))
+
+    def state(self, now: float) -> MachineState:
+        """A :class:`MachineState` snapshot at ``now``."""
+        relaxed = pending = 0
+        windows = False
+        for rec in self._conns.values():
+            t = rec.timeouts
+            if t is not None:
+                relaxed += t.is_relaxed(now)
+                windows = windows or t.open_windows > 0
+            pending += rec.phase in _HANDED or rec.mark is not None
+        last = self._last
+        return MachineState(
+            mode=self.mode,
+            relaxed_connections=relaxed,
+            open_windows=windows,
+            pending_handoffs=pending,
+            completed_handoffs=self._completed,
+            failed_handoffs=self._failed,
+            dial_target=self._target,
+            last_moving_seq=None if last is None else last.seq_id,
+            moving_deadline=None if last is None else last.deadline,
+            breakers=len(self.breakers),
+        )
+
+    # ---------------------------------------------------------------- connections
+
+    def register(
+        self,
+        conn_id: int,
+        endpoint: Endpoint,
+        now: float,
+        *,
+        kind: ConnKind = ConnKind.POOLED,
+        fallback: bool = False,
+    ) -> list[Action]:
+        """A new connection to ``endpoint`` exists (dialed and handshaken), owned by its
+        borrower (pooled) or its PubSub.
+
+        A dial that started before a MOVING and so reached the endpoint being left is
+        marked for a handoff to the new target (it serves its borrower first), unless it
+        got there as the ``fallback`` from an unreachable target.
+        """
+        rec = ConnRecord(conn_id, kind, endpoint, Phase.POOL)
+        self._conns[conn_id] = rec
+        last = self._last
+        if fallback or self.closed or last is None or last.target is None:
+            return []
+        if endpoint != last.source or now >= last.deadline or self._target == endpoint:
+            return []
+        actions: list[Action] = []
+        self._mark(rec, Mark(self._target, last.seq_id, last.source, now), now, actions)
+        return actions
+
+    def quick_acquired(self, conn_id: int, is_new: bool) -> bool:
+        """:meth:`acquired`'s common case, without ``now`` and without a write: ``True``
+        when nothing can be due for ``conn_id`` (lend it); ``False``: call
+        :meth:`acquired`. The pool's hooks run on every command: this is their cost."""
+        rec = self._conns.get(conn_id)
+        return rec is None or rec.mark is None or is_new
+
+    def quick_released(self, conn_id: int) -> bool:
+        """:meth:`released`'s common case, without ``now``: ``True`` when ``conn_id`` just
+        goes back to the idle list; ``False``: call :meth:`released`."""
+        rec = self._conns.get(conn_id)
+        return rec is None or rec.mark is None
+
+    def acquired(self, conn_id: int, is_new: bool, now: float) -> tuple[Verdict, Sequence[Action]]:
+        """The pool is about to lend ``conn_id`` (``is_new``: just dialed) from its idle
+        list. A connection whose handoff is due is taken for it instead (the borrower
+        gets another); a new one serves its borrower first."""
+        rec = self._conns.get(conn_id)
+        if rec is None or rec.mark is None or is_new or rec.phase is not Phase.POOL:
+            return _KEPT
+        actions: list[Action] = []
+        if self._due(rec, now) and self._queue(rec, now, actions):
+            return Verdict.TAKEN, actions
+        return Verdict.KEEP, actions
+
+    def released(self, conn_id: int, now: float) -> tuple[Verdict, Sequence[Action]]:
+        """A borrower gave ``conn_id`` back, healthy. A connection whose handoff is due is
+        taken for it; any other goes to the idle list."""
+        rec = self._conns.get(conn_id)
+        if rec is None or rec.mark is None or rec.phase is not Phase.POOL:
+            return _KEPT
+        actions: list[Action] = []
+        if self._due(rec, now) and self._queue(rec, now, actions):
+            return Verdict.TAKEN, actions
+        return Verdict.KEEP, actions
+
+    def removed(self, conn_id: int) -> list[Action]:
+        """``conn_id`` was closed and forgotten (by the pool, or its PubSub closed)."""
+        rec = self._conns.pop(conn_id, None)
+        if rec is None:
+            return []
+        self._breaker_release(rec)
+        if rec.phase in (Phase.QUEUED, Phase.RUNNING):
+            return [CancelHandoff(conn_id)]
+        return []
+
+    def claimed(self, conn_id: int, ok: bool, now: float) -> list[Action]:
+        """Report on a :class:`TakeIdle`: ``ok`` when the connection was taken out of the
+        idle list (the shell now holds it; it is queued or given back)."""
+        rec = self._conns.get(conn_id)
+        if rec is None or not ok:
+            return []
+        actions: list[Action] = []
+        if not (self._due(rec, now) and self._queue(rec, now, actions)):
+            actions.append(GiveBack(conn_id))
+        return actions
+
+    # ------------------------------------------------------------------ notifications
+
+    def notification(self, conn_id: int, n: Notification, now: float) -> list[Action]:
+        """A parsed maintenance notification was read on ``conn_id``."""
+        rec = self._conns.get(conn_id)
+        if rec is None or self.closed:
+            return []
+        if isinstance(n, Moving):
+            return self._moving(rec, n, now)
+        actions: list[Action] = []
+        if isinstance(n, _OPENING):
+            timeouts = self._timeouts(rec, actions)
+            timeouts.open_window(now)
+        elif isinstance(n, _CLOSING) and rec.timeouts is not None:
+            rec.timeouts.close_window(now)
+            if not rec.timeouts.is_relaxed(now):
+                rec.timeouts = None
+                actions.append(Restore(conn_id))
+        return actions
+
+    def _timeouts(self, rec: ConnRecord, actions: list[Action]) -> RelaxedTimeouts:
+        if rec.timeouts is None:
+            rec.timeouts = RelaxedTimeouts(self.config.relaxed_timeout)
+            actions.append(Relax(rec.conn_id, rec.timeouts))
+        return rec.timeouts
+
+    def _moving(self, rec: ConnRecord, n: Moving, now: float) -> list[Action]:
+        source = rec.endpoint
+        actions: list[Action] = []
+        arrived = self._arrivals.get(source)
+        if arrived is not None and now >= arrived:
+            # A move to ``source`` completed: it may number its notifications afresh.
+            del self._arrivals[source]
+            self._seen.pop(source, None)
+        latest = self._seen.get(source)
+        if latest is None or n.seq_id > latest:
+            self._accept(source, n, now, actions)  # applies it to ``rec`` too
+        if rec.seen is not None and rec.seen[0] == source and rec.seen[1] >= n.seq_id:
+            return actions  # this connection already applied it (or a newer one)
+        self._apply(rec, source, n, now, actions)
+        return actions
+
+    def _accept(self, source: Endpoint, n: Moving, now: float, actions: list[Action]) -> None:
+        """The first MOVING of a new seqID from ``source``: act client-wide."""
+        self._seen[source] = n.seq_id
+        self._seen.move_to_end(source)
+        while len(self._seen) > MAX_SOURCES:
+            self._seen.popitem(last=False)
+        deadline = now + n.time
+        self._last = _Move(source, n.endpoint, n.seq_id, deadline)
+        endpoint = n.endpoint
+        where = endpoint if endpoint is not None else "the current address"
+        extra = {"event": "moving", "seq_id": n.seq_id, "endpoint": str(endpoint)}
+        logger.info("MOVING seq %d from %s to %s", n.seq_id, source, where, extra=extra)
+        actions.append(MovingSeen())
+        actions.append(
+            Emit(
+                MovingStarted(n.seq_id, None if endpoint is None else str(endpoint), deadline, now)
+            )
+        )
+        if endpoint is not None:
+            self._arrivals[endpoint] = deadline
+            self._arrivals.move_to_end(endpoint)
+            while len(self._arrivals) > MAX_SOURCES:
+                self._arrivals.popitem(last=False)
+            if endpoint != self._target and not self._blocked(endpoint, now):
+                self._target = endpoint
+                actions.append(SetDialTarget(endpoint))
+        # Every connection on the source, or heading there, follows the move.
+        for other in list(self._conns.values()):
+            heading = other.mark is not None and other.mark.target == source
+            if other.endpoint == source or heading:
+                self._apply(other, source, n, now, actions)
+
+    def _apply(
+        self, rec: ConnRecord, source: Endpoint, n: Moving, now: float, actions: list[Action]
+    ) -> None:
+        """Apply MOVING ``n`` (read from ``source``) to one connection."""
+        rec.seen = (source, n.seq_id)
+        if n.endpoint is None:
+            mark = Mark(self._target, n.seq_id, source, now + n.null_endpoint_delay, null=True)
+        else:
+            mark = Mark(n.endpoint, n.seq_id, source, now)
+        self._mark(rec, mark, now, actions)
+
+    def _mark(self, rec: ConnRecord, mark: Mark, now: float, actions: list[Action]) -> None:
+        current = rec.mark
+        if current is not None and current.seq_id > mark.seq_id and current.source == mark.source:
+            return  # an older MOVING than the one it follows
+        if rec.last_handoff is not None:
+            mark = attrs.evolve(mark, due=max(mark.due, rec.last_handoff + HANDOFF_PACING))
+        if rec.phase in _HANDED:
+            # Retarget the handoff under way (at most one pending target).
+            if not mark.null and mark.target == rec.endpoint and rec.phase is not Phase.RUNNING:
+                # Moving back to where it is: the handoff is no longer needed.
+                if rec.phase is Phase.QUEUED:
+                    actions.append(CancelHandoff(rec.conn_id))
+                self._returned(rec, actions)
+                return
+            if current is None or mark.target != current.target:
+                rec.redo = rec.phase is Phase.RUNNING
+            rec.mark = attrs.evolve(mark, due=min(mark.due, now))
+            return
+        if not mark.null and mark.target == rec.endpoint:
+            rec.mark = None  # already there: a previous mark is stale
+            return
+        if self._blocked(mark.target, now):
+            rec.mark = None  # its breaker is open: stay here rather than churn
+            return
+        rec.mark = mark
+        if mark.due > now:
+            self._wake_at(mark.due, actions)
+        elif rec.kind is ConnKind.PUBSUB:
+            self._queue(rec, now, actions)
+        else:
+            actions.append(TakeIdle(rec.conn_id))  # taken if idle; else queued on release
+
+    # ---------------------------------------------------------------------- handoffs
+
+    def _due(self, rec: ConnRecord, now: float) -> bool:
+        return rec.mark is not None and rec.mark.due <= now
+
+    def _queue(self, rec: ConnRecord, now: float, actions: list[Action]) -> bool:
+        """Hand ``rec`` to the HandoffManager; ``False`` (mark dropped) if its target is
+        blocked by an open breaker."""
+        mark = rec.mark
+        assert mark is not None
+        if self._blocked(mark.target, now):
+            rec.mark = None
+            return False
+        rec.phase = Phase.QUEUED
+        rec.redo = False
+        if rec.queued_at is None:
+            rec.queued_at = now
+        actions.append(StartHandoff(rec.conn_id, mark.target, mark.seq_id))
+        actions.append(Emit(HandoffQueued(rec.conn_id, str(mark.target), mark.seq_id, now)))
+        return True
+
+    def attempt_started(self, conn_id: int, now: float) -> Endpoint | None:
+        """A handoff attempt of ``conn_id`` starts dialing: the endpoint to dial (the
+        latest target), or ``None`` when the target's circuit breaker refuses (report
+        :attr:`Outcome.BREAKER_OPEN`) or the handoff was withdrawn."""
+        rec = self._conns.get(conn_id)
+        if rec is None or rec.mark is None or rec.phase is not Phase.QUEUED:
+            return None
+        breaker = self.breakers.get(rec.mark.target, now)
+        if not breaker.allow(now):
+            return None
+        rec.phase = Phase.RUNNING
+        rec.dialing = rec.mark.target
+        rec.attempts += 1
+        rec.redo = False
+        return rec.dialing
+
+    def _breaker_release(self, rec: ConnRecord) -> None:
+        if rec.dialing is not None:
+            breaker = self.breakers.peek(rec.dialing)
+            rec.dialing = None
+            if breaker is not None:
+                breaker.release()
+
+    def handoff_result(
+        self, conn_id: int, outcome: Outcome, now: float, error: str = ""
+    ) -> list[Action]:
+        """The HandoffManager reports how ``conn_id``'s attempt ended (``error``: the
+        cause's ``repr``, for events)."""
+        rec = self._conns.get(conn_id)
+        if rec is None or rec.phase not in (Phase.QUEUED, Phase.RUNNING) or rec.mark is None:
+            return []
+        actions: list[Action] = []
+        dialed, rec.dialing = rec.dialing, None
+        breaker = self.breakers.peek(dialed) if dialed is not None else None
+        if breaker is not None:
+            if outcome is Outcome.OK:
+                breaker.record_success(now)
+            elif outcome is Outcome.DIAL_ERROR:
+                breaker.record_failure(now)
+            else:
+                breaker.release()
+        if outcome is Outcome.OK and dialed is not None:
+            self._succeeded(rec, dialed, now, actions)
+        elif rec.redo and outcome in (Outcome.DIAL_ERROR, Outcome.ERROR):
+            self._redo(rec, now, actions)
+        elif outcome is Outcome.DIAL_ERROR and rec.attempts < self.config.max_handoff_retries:
+            delay = min(RETRY_BASE_DELAY * 2 ** (rec.attempts - 1), self.config.handoff_timeout)
+            rec.phase = Phase.RETRY_WAIT
+            rec.retry_at = now + delay
+            self._wake_at(rec.retry_at, actions)
+        else:
+            if outcome is Outcome.DIAL_ERROR:
+                error = repr(
+                    HandoffRetriesExhaustedError(
+                        f"handoff to {dialed} failed after {rec.attempts} dial attempts: {error}"
+                    )
+                )
+            self._failed_to(rec, error or outcome.value, now, actions)
+        return actions
+
+    def _redo(self, rec: ConnRecord, now: float, actions: list[Action]) -> None:
+        """The target changed during an attempt: go to the new one (or stay, when the
+        connection is already there)."""
+        mark = rec.mark
+        if mark is not None and not mark.null and mark.target == rec.endpoint:
+            self._returned(rec, actions)
+        elif not self._queue(rec, now, actions):
+            self._failed_to(rec, _blocked_error(rec), now, actions)
+
+    def _returned(self, rec: ConnRecord, actions: list[Action]) -> None:
+        rec.mark = None
+        rec.redo = False
+        rec.attempts = 0
+        rec.retry_at = None
+        rec.queued_at = None
+        rec.phase = Phase.POOL
+        actions.append(GiveBack(rec.conn_id))
+
+    def _succeeded(
+        self, rec: ConnRecord, target: Endpoint, now: float, actions: list[Action]
+    ) -> None:
+        rec.endpoint = target
+        rec.seen = None
+        rec.last_handoff = now
+        rec.attempts = 0
+        self._completed += 1
+        latency = now - (rec.queued_at if rec.queued_at is not None else now)
+        rec.queued_at = None
+        timeouts = self._timeouts(rec, actions)
+        timeouts.relax_after_handoff(now, self.config.post_handoff_relaxed_duration)
+        actions.append(Emit(HandoffSucceeded(rec.conn_id, str(target), latency, now)))
+        mark = rec.mark
+        if rec.redo and mark is not None and (mark.null or mark.target != target):
+            rec.redo = False
+            if self._queue(rec, now, actions):
+                return
+        self._returned(rec, actions)
+
+    def _failed_to(self, rec: ConnRecord, reason: str, now: float, actions: list[Action]) -> bool:
+        mark = rec.mark
+        target = str(mark.target) if mark is not None else str(rec.endpoint)
+        latency = now - (rec.queued_at if rec.queued_at is not None else now)
+        self._failed += 1
+        rec.mark = None
+        rec.redo = False
+        rec.attempts = 0
+        rec.retry_at = None
+        rec.queued_at = None
+        actions.append(Emit(HandoffFailed(rec.conn_id, target, reason, latency, now)))
+        if rec.kind is ConnKind.PUBSUB:
+            rec.phase = Phase.POOL  # stays on its current connection
+            actions.append(GiveBack(rec.conn_id))
+        else:
+            actions.append(Discard(rec.conn_id, f"handoff to {target} failed: {reason}"))
+        return False
+
+    # ------------------------------------------------------------------------- timers
+
+    def _wake_at(self, at: float, actions: list[Action]) -> None:
+        if at < self._wake:
+            self._wake = at
+            actions.append(ScheduleTimer(at))
+
+    def timer_fired(self, now: float) -> list[Action]:
+        """The shell's timer fired at ``now``: start what became due (retries, scheduled
+        and paced handoffs) and ask for the next wake-up."""
+        actions: list[Action] = []
+        self._wake = _INF
+        if self.closed:
+            return actions
+        upcoming = _INF
+        for rec in list(self._conns.values()):
+            if rec.phase is Phase.RETRY_WAIT and rec.retry_at is not None:
+                if rec.retry_at <= now:
+                    rec.retry_at = None
+                    if rec.mark is None or not self._queue(rec, now, actions):
+                        self._failed_to(rec, _blocked_error(rec), now, actions)
+                else:
+                    upcoming = min(upcoming, rec.retry_at)
+            elif rec.mark is not None and rec.phase not in _HANDED:
+                if rec.mark.due > now:
+                    upcoming = min(upcoming, rec.mark.due)
+                elif rec.kind is ConnKind.PUBSUB:
+                    self._queue(rec, now, actions)
+                else:
+                    actions.append(TakeIdle(rec.conn_id))
+        if upcoming < _INF:
+            self._wake_at(upcoming, actions)
+        return actions
+
+    # ------------------------------------------------------------------------ READONLY
+
+    def readonly(
+        self, conn_id: int, now: float, *, waited: bool = False
+    ) -> tuple[ReadonlyVerdict, list[Action]]:
+        """A write on ``conn_id`` was refused with ``READONLY`` (so it did not run).
+
+        ``RETRY`` when the endpoint is moving: the connection is marked for a handoff, or
+        it is on the source of a MOVING whose ``time`` has not run out. Scheduled
+        (null-endpoint) handoffs are then started at once, since the old node no longer
+        takes writes. Otherwise ``WAIT`` (the shell waits for :class:`MovingSeen`, then
+        asks again with ``waited=True``) or ``RAISE``.
+        """
+        rec = self._conns.get(conn_id)
+        actions: list[Action] = []
+        if rec is None or self.closed:
+            return ReadonlyVerdict.RAISE, actions
+        last = self._last
+        moving = rec.mark is not None or rec.phase in _HANDED
+        if not moving and last is not None and now < last.deadline:
+            moving = rec.endpoint == last.source
+        if not moving:
+            return (ReadonlyVerdict.RAISE if waited else ReadonlyVerdict.WAIT), actions
+        for other in list(self._conns.values()):
+            mark = other.mark
+            if mark is None or not mark.null or mark.due <= now or other.phase in _HANDED:
+                continue
+            other.mark = attrs.evolve(mark, due=now)
+            if other.kind is ConnKind.PUBSUB:
+                self._queue(other, now, actions)
+            else:
+                actions.append(TakeIdle(other.conn_id))
+        return ReadonlyVerdict.RETRY, actions
+
+    # --------------------------------------------------------------------- dial target
+
+    def _blocked(self, endpoint: Endpoint, now: float) -> bool:
+        breaker = self.breakers.peek(endpoint)
+        return breaker is not None and breaker.blocks(now)
+
+    def dial_target(self, now: float) -> Endpoint:
+        """Where to dial a new connection now: the current target, or the configured
+        endpoint while the target's breaker refuses. Report the dial with
+        :meth:`dial_result`."""
+        target = self._target
+        if target == self.configured:
+            return target
+        if not self.breakers.get(target, now).allow(now):
+            return self.configured
+        return target
+
+    def dial_result(self, endpoint: Endpoint, ok: bool | None, now: float) -> None:
+        """A dial to ``endpoint`` connected (``True``), failed (``False``) or gave no
+        verdict (``None``: cancelled)."""
+        if endpoint == self.configured:
+            return
+        breaker = self.breakers.peek(endpoint)
+        if breaker is None:
+            return
+        if ok is None:
+            breaker.release()
+        elif ok:
+            breaker.record_success(now)
+        else:
+            breaker.record_failure(now)
+
+    # ---------------------------------------------------------------------- handshake
+
+    def handshake_refused(self, endpoint: str, reply: str, now: float) -> tuple[bool, list[Action]]:
+        """A server refused ``CLIENT MAINT_NOTIFICATIONS``: ``(True, [])`` when the
+        connection must fail (mode ``enabled``); else the client turns the feature off
+        for good (mode ``auto``) and ``(False, actions)``."""
+        if self.mode is MaintMode.ENABLED:
+            return True, []
+        self.mode = MaintMode.DISABLED
+        if self._disabled_reported:
+            return False, []
+        self._disabled_reported = True
+        return False, [Emit(MaintenanceDisabled(endpoint, reply, now))]
+
+    def close(self) -> None:
+        """The client is closing: later inputs are ignored (handoff results still end
+        the connections concerned)."""
+        self.closed = True
