@@ -67,6 +67,7 @@ async def _round(
         socket_timeout=10.0,
         maintenance=config,
     ) as r:
+        assert r.maintenance is not None
         r.maintenance.add_hook(metrics)
         pool = r.pool
         # Fill the pool: pool_size connections, dialed and handshaken, then idle.
@@ -184,7 +185,7 @@ async def _round(
                     "id": c.id,
                     "endpoint": c.endpoint_text,
                     "in_use": c.in_use,
-                    "handoff": repr(r.maintenance.handoff_target(c) if r.maintenance else None),
+                    "handoff": repr(r.maintenance.handoff_target(c)),
                 }
                 for c in conns
                 if c.port != b_port

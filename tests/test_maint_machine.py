@@ -61,11 +61,11 @@ def machine(config: MaintConfig = CONFIG) -> MaintenanceMachine:
     return MaintenanceMachine(config, A, pool_size=4)
 
 
-def of(actions: list[Action], kind: type[Any]) -> list[Any]:
+def of(actions: Sequence[Action], kind: type[Any]) -> list[Any]:
     return [a for a in actions if isinstance(a, kind)]
 
 
-def events(actions: list[Action], kind: type[Any]) -> list[Any]:
+def events(actions: Sequence[Action], kind: type[Any]) -> list[Any]:
     return [a.event for a in actions if isinstance(a, Emit) and isinstance(a.event, kind)]
 
 
@@ -140,8 +140,8 @@ def test_explicit_moving_marks_the_pool_and_moves_the_dial_target() -> None:
     assert m.claimed(busy, False, 1.0) == []
     record = m.record(busy)
     assert record is not None and record.mark is not None and record.mark.target == B
-    verdict, actions = m.released(busy, 2.0)
-    assert verdict is Verdict.TAKEN and StartHandoff(busy, B, 1001) in actions
+    verdict, released = m.released(busy, 2.0)
+    assert verdict is Verdict.TAKEN and StartHandoff(busy, B, 1001) in released
 
 
 def test_a_connection_being_checked_out_is_taken_by_acquire() -> None:
@@ -483,7 +483,7 @@ class MachineModel(RuleBasedStateMachine):
 
     # -- carrying out actions ----------------------------------------------------------
 
-    def run(self, actions: list[Action]) -> None:
+    def run(self, actions: Sequence[Action]) -> None:
         work = list(actions)
         while work:
             action = work.pop(0)

@@ -200,7 +200,8 @@ async def test_migrating_relaxes_and_migrated_restores(sim_a: MaintenanceSimulat
             state = handler.state  # a new snapshot
             assert not state.in_window
             assert state.relaxed_connections == 0
-            assert conn.timeouts is None  # the policy is removed: no cost per command
+            # The policy is removed: no cost per command (a fresh look at the connection).
+            assert r.pool.connections[0] is conn and r.pool.connections[0].timeouts is None
             # Outside a window the configured timeout applies again.
             sim_a.set_latency(1.0)
             with pytest.raises(trio_maint.TimeoutError):
@@ -409,9 +410,7 @@ async def test_unreachable_endpoint_opens_breaker_and_workload_continues(
                 await trio.sleep(0.3)
                 stop.set()
             assert failures == []
-            (stats,) = [
-                s for s in handler.circuit_breaker_stats() if s.endpoint.port == dead[1]
-            ]
+            (stats,) = [s for s in handler.circuit_breaker_stats() if s.endpoint.port == dead[1]]
             assert stats.state is BreakerState.OPEN
             assert stats.opened >= 1
             # Usually every connection reads its MOVING before the breaker opens; one that

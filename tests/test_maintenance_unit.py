@@ -31,8 +31,10 @@ from trio_maint import (
     NotificationReceived,
     ResponseError,
 )
+from trio_maint._maint.link import PubSubLink
 from trio_maint._net.wire import TimeoutPolicy
 from trio_maint._sansio.endpoint import Endpoint
+from trio_maint._sansio.errors import CircuitBreakerOpenError
 from trio_maint._sansio.timeouts import RelaxedTimeouts
 from trio_maint.lowlevel import Connection, ConnectionPool
 
@@ -49,31 +51,49 @@ def moving(seq: int, time: int, endpoint: str | None) -> list[Any]:
     return frame
 
 
-def socket_connection(handler: MaintenanceHandler, peers: list[Any]) -> Connection:
-    """A Connection on one end of a socketpair (nothing is ever written to it)."""
-    a, b = trio.socket.socketpair()
-    peers.append(b)
-    conn = Connection(OPTIONS, push_handler=handler.push_handler)
-    conn._attach(trio.SocketStream(a))
-    return conn
-
-
 class FakeHandler(MaintenanceHandler):
-    """Handoffs only record and retarget the connection (no network)."""
+    """Dials make connections on socketpairs (to whatever endpoint the machine picks) and
+    handoffs only record and retarget the connection (no network)."""
 
     def __init__(self, config: MaintConfig | None = None) -> None:
         super().__init__(OPTIONS, config or MaintConfig(max_workers=4, handoff_queue_size=10))
         self.performed: list[tuple[int, Endpoint, float]] = []
         self.unreachable: set[Endpoint] = set()
         self.duration = 0.1
+        self.dial_delay = 0.0
+        self.peers: list[Any] = []
 
-    async def _perform(self, conn: Connection, endpoint: Endpoint) -> None:
-        self.performed.append((conn.id, endpoint, trio.current_time()))
+    def socket_connection(self, endpoint: Endpoint, push: Any = None) -> Connection:
+        """A Connection on one end of a socketpair (nothing is ever written to it)."""
+        a, b = trio.socket.socketpair()
+        self.peers.append(b)
+        conn = Connection(OPTIONS, host=endpoint.host, port=endpoint.port)
+        conn.push_handler = push or self.push_handler
+        conn.maint_enabled = True  # as if the opt-in was accepted
+        conn._attach(trio.SocketStream(a))
+        return conn
+
+    async def _connect(self, push: Any = None) -> tuple[Connection, Endpoint, bool]:
+        target = self.machine.dial_target(trio.current_time())
+        await trio.sleep(self.dial_delay)
+        return self.socket_connection(target, push), target, False
+
+    async def _perform(self, item: Any, endpoint: Endpoint) -> None:
+        target = self.machine.attempt_started(item.id, trio.current_time())
+        if target is None:
+            raise CircuitBreakerOpenError(f"circuit breaker for {endpoint} is open")
+        self.performed.append((item.id, target, trio.current_time()))
         await trio.sleep(self.duration)
-        if endpoint in self.unreachable:
-            raise HandoffDialError(f"{endpoint} refused")
-        conn.host, conn.port = endpoint.host, endpoint.port
-        self.relaxation(conn).relax_after_handoff(trio.current_time(), 20.0)
+        if target in self.unreachable:
+            raise HandoffDialError(f"{target} refused")
+        if isinstance(item, PubSubLink):
+            await item.adopt(self.socket_connection(target, item.push))
+        else:
+            item.host, item.port = target.host, target.port
+
+    def close_peers(self) -> None:
+        for peer in self.peers:
+            peer.close()
 
 
 @asynccontextmanager
@@ -81,21 +101,15 @@ async def harness(
     handler: FakeHandler | None = None, pool_size: int = 4
 ) -> AsyncIterator[tuple[FakeHandler, ConnectionPool]]:
     handler = handler or FakeHandler()
-    peers: list[Any] = []
-
-    async def dial() -> Connection:
-        await trio.lowlevel.checkpoint()
-        return socket_connection(handler, peers)
-
-    pool = ConnectionPool(dial, pool_size=pool_size)
+    pool = ConnectionPool(handler.dial, pool_size=pool_size)
     handler.attach(pool)
-    async with handler:
+    async with trio.open_nursery() as nursery, handler.running():
         try:
             yield handler, pool
         finally:
             pool.close()
-            for peer in peers:
-                peer.close()
+            handler.close_peers()
+            nursery.cancel_scope.cancel()
 
 
 async def fill(pool: ConnectionPool, count: int) -> list[Connection]:
@@ -103,6 +117,10 @@ async def fill(pool: ConnectionPool, count: int) -> list[Connection]:
     for conn in conns:
         pool.release(conn)
     return conns
+
+
+def target_of(handler: MaintenanceHandler, conn: Connection) -> Endpoint | None:
+    return handler.handoff_target(conn)
 
 
 # --- handshake ----------------------------------------------------------------------------
@@ -207,31 +225,34 @@ async def test_disabled_mode_sends_nothing() -> None:
 
 
 async def test_windows_relax_restore_and_nest(autojump_clock: trio.abc.Clock) -> None:
-    handler = MaintenanceHandler(OPTIONS, MaintConfig(relaxed_timeout=10.0))
-    conn = Connection(OPTIONS)
-    assert policy_of(conn) is None  # nothing per command until a notification arrives
-    handler.push_handler(conn, [b"MIGRATING", 1, 5, b"1"])
-    handler.push_handler(conn, [b"FAILING_OVER", 2, 5, b"1"])
-    timeouts = policy_of(conn)
-    assert isinstance(timeouts, RelaxedTimeouts)
-    now = trio.current_time()
-    assert timeouts.effective(1.0, now) == 10.0
-    assert timeouts.effective(30.0, now) == 30.0  # a floor, never a tightening
-    assert timeouts.effective(None, now) is None  # no deadline where none existed
-    state = handler.state
-    assert state.in_window and state.relaxed_connections == 1
-    handler.push_handler(conn, [b"MIGRATED", 3, b"1"])
-    assert timeouts.effective(1.0, trio.current_time()) == 10.0  # one window still open
-    handler.push_handler(conn, [b"FAILED_OVER", 4, b"1"])
-    assert timeouts.effective(1.0, trio.current_time()) == 1.0
-    state = handler.state  # a new snapshot
-    assert not state.in_window and state.relaxed_connections == 0
-    # A window whose closing never comes ends at the backstop (10 x relaxed_timeout).
-    handler.push_handler(conn, [b"SMIGRATING", 5, b"0-100"])
-    await trio.sleep(99)
-    assert timeouts.effective(1.0, trio.current_time()) == 10.0
-    await trio.sleep(2)
-    assert timeouts.effective(1.0, trio.current_time()) == 1.0
+    async with harness(FakeHandler(MaintConfig(relaxed_timeout=10.0))) as (handler, pool):
+        conn = await pool.acquire()
+        assert policy_of(conn) is None  # nothing per command until a notification arrives
+        handler.push_handler(conn, [b"MIGRATING", 1, 5, b"1"])
+        handler.push_handler(conn, [b"FAILING_OVER", 2, 5, b"1"])
+        timeouts = policy_of(conn)
+        assert isinstance(timeouts, RelaxedTimeouts)
+        now = trio.current_time()
+        assert timeouts.effective(1.0, now) == 10.0
+        assert timeouts.effective(30.0, now) == 30.0  # a floor, never a tightening
+        assert timeouts.effective(None, now) is None  # no deadline where none existed
+        state = handler.state
+        assert state.in_window and state.relaxed_connections == 1
+        handler.push_handler(conn, [b"MIGRATED", 3, b"1"])
+        assert timeouts.effective(1.0, trio.current_time()) == 10.0  # one window still open
+        handler.push_handler(conn, [b"FAILED_OVER", 4, b"1"])
+        assert policy_of(conn) is None  # restored: the policy is removed
+        state = handler.state  # a new snapshot
+        assert not state.in_window and state.relaxed_connections == 0
+        # A window whose closing never comes ends at the backstop (10 x relaxed_timeout).
+        handler.push_handler(conn, [b"SMIGRATING", 5, b"0-100"])
+        backstop = policy_of(conn)
+        assert isinstance(backstop, RelaxedTimeouts)
+        await trio.sleep(99)
+        assert backstop.effective(1.0, trio.current_time()) == 10.0
+        await trio.sleep(2)
+        assert backstop.effective(1.0, trio.current_time()) == 1.0
+        pool.release(conn)
 
 
 async def test_malformed_frames_warn_once_with_shape(caplog: pytest.LogCaptureFixture) -> None:
@@ -269,29 +290,31 @@ class RecordingHook:
 
 
 async def test_pre_hook_may_drop() -> None:
-    handler = MaintenanceHandler(OPTIONS)
-    dropper, later = RecordingHook(keep=False), RecordingHook()
-    handler.add_hook(dropper)
-    handler.add_hook(later)
-    conn = Connection(OPTIONS)
-    handler.push_handler(conn, [b"MIGRATING", 1, 5, b"1"])
-    assert conn.timeouts is None  # not handled
-    assert dropper.seen == [("pre", "MIGRATING", None)]
-    assert later.seen == []
+    async with harness() as (handler, pool):
+        dropper, later = RecordingHook(keep=False), RecordingHook()
+        handler.add_hook(dropper)
+        handler.add_hook(later)
+        conn = await pool.acquire()
+        handler.push_handler(conn, [b"MIGRATING", 1, 5, b"1"])
+        assert conn.timeouts is None  # not handled
+        assert dropper.seen == [("pre", "MIGRATING", None)]
+        assert later.seen == []
+        pool.release(conn)
 
 
 async def test_failing_hook_is_logged_and_never_breaks_handling(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    handler = MaintenanceHandler(OPTIONS)
-    broken, after = RecordingHook(fail=True), RecordingHook()
-    handler.add_hook(broken)
-    handler.add_hook(after)
-    conn = Connection(OPTIONS)
-    handler.push_handler(conn, [b"MIGRATING", 1, 5, b"1"])
-    assert isinstance(conn.timeouts, RelaxedTimeouts)
-    assert conn.timeouts.open_windows == 1
-    assert after.seen == [("pre", "MIGRATING", None), ("post", "MIGRATING", None)]
+    async with harness() as (handler, pool):
+        broken, after = RecordingHook(fail=True), RecordingHook()
+        handler.add_hook(broken)
+        handler.add_hook(after)
+        conn = await pool.acquire()
+        handler.push_handler(conn, [b"MIGRATING", 1, 5, b"1"])
+        assert isinstance(conn.timeouts, RelaxedTimeouts)
+        assert conn.timeouts.open_windows == 1
+        assert after.seen == [("pre", "MIGRATING", None), ("post", "MIGRATING", None)]
+        pool.release(conn)
     assert sum("hook" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records) == 2
 
 
@@ -300,10 +323,10 @@ async def test_post_hook_sees_the_handling_error(monkeypatch: pytest.MonkeyPatch
     hook = RecordingHook()
     handler.add_hook(hook)
 
-    def boom(conn: Connection, n: Notification) -> None:
+    def boom(conn_id: int, n: Notification, now: float) -> None:
         raise ValueError("bad")
 
-    monkeypatch.setattr(handler, "_apply", boom)
+    monkeypatch.setattr(handler.machine, "notification", boom)
     handler.push_handler(Connection(OPTIONS), [b"MIGRATED", 1, b"1"])
     assert isinstance(hook.seen[-1][2], ValueError)
 
@@ -332,7 +355,6 @@ async def test_metrics_hook_fills_everything_in(autojump_clock: trio.abc.Clock) 
         conns = await fill(pool, 2)
         handler.push_handler(conns[0], [b"MIGRATING", 1, 5, b"1"])
         handler.push_handler(conns[0], [b"MIGRATED", 2, b"1"])
-        handler.unreachable.add(Endpoint("10.9.9.9", 1))
         busy = await pool.acquire()
         handler.push_handler(busy, moving(3, 15, "10.0.0.5:7000"))
         pool.release(busy)
@@ -369,7 +391,7 @@ async def test_slow_consumer_loses_oldest_and_is_told() -> None:
 
 async def test_event_streams_end_when_the_client_closes() -> None:
     handler = MaintenanceHandler(OPTIONS)
-    async with handler:
+    async with handler.running():
         events = handler.events()
     with trio.fail_after(1):
         assert [e async for e in events] == []
@@ -397,7 +419,7 @@ async def test_explicit_moving_hands_off_idle_and_released_connections(
         assert {p[0] for p in handler.performed} == {c.id for c in idle}
         assert {c.id for c in pool.idle_connections} == {c.id for c in idle}
         assert all((c.host, c.port) == ("10.0.0.5", 7000) for c in pool.connections)
-        assert all(c.handoff is None for c in pool.connections)
+        assert all(target_of(handler, c) is None for c in pool.connections)
         state = handler.state
         assert state.completed_handoffs == 3 and state.failed_handoffs == 0
         assert state.current_endpoint == "10.0.0.5:7000"
@@ -417,15 +439,13 @@ async def test_stale_and_replayed_moving_are_ignored(autojump_clock: trio.abc.Cl
         conns = await fill(pool, 2)
         conn = await pool.acquire()
         handler.push_handler(conn, moving(5, 15, "10.0.0.5:7000"))
+        # The same seqID from the same endpoint (a replay) and an older one: nothing.
+        handler.push_handler(conn, moving(5, 15, "10.0.0.6:7000"))
+        handler.push_handler(conn, moving(4, 15, "10.0.0.6:7000"))
         pool.release(conn)
         await trio.sleep(1)
         assert len(handler.performed) == 2
-        again = await pool.acquire()
-        handler.push_handler(again, moving(5, 15, "10.0.0.6:7000"))  # replay
-        handler.push_handler(again, moving(4, 15, "10.0.0.6:7000"))  # stale
-        pool.release(again)
-        await trio.sleep(1)
-        assert len(handler.performed) == 2
+        assert {p[1] for p in handler.performed} == {NEW}
         assert handler.state.last_moving_seq == 5
         assert {c.port for c in conns} == {7000}
 
@@ -446,7 +466,7 @@ async def test_null_endpoint_reconnects_after_half_the_time(
         assert set(performed) == {idle[0].id}  # busy is idle[1]: still in use
         assert performed[idle[0].id][1] == Endpoint("10.0.0.1", 6379)  # the same address
         assert performed[idle[0].id][2] - start == pytest.approx(1.5)
-        assert busy.handoff is not None  # claimed when released
+        assert target_of(handler, busy) is not None  # claimed when released
         pool.release(busy)
         await trio.sleep(1)
         assert {p[0] for p in handler.performed} == {idle[0].id, busy.id}
@@ -503,27 +523,73 @@ async def test_close_with_pending_handoffs_leaks_nothing(autojump_clock: trio.ab
     assert pool.connections == []
 
 
-async def test_moving_on_pubsub_reconnects_once() -> None:
-    handler = MaintenanceHandler(OPTIONS)
+@attrs.define
+class FakePubSub:
+    """What a PubSubLink needs of its PubSub."""
 
-    @attrs.define
-    class FakePubSub:
-        reconnects: int = 0
+    connection: Connection | None = None
+    adopted: list[Connection] = attrs.field(factory=list)
 
-        def reconnect_soon(self) -> None:
-            self.reconnects += 1
+    async def adopt_connection(self, conn: Connection) -> None:
+        await trio.lowlevel.checkpoint()
+        self.adopted.append(conn)
+        self.connection = conn
 
-    link = handler.pubsub_link()
-    ps = FakePubSub()
-    link.attach(ps)
-    conn = Connection(OPTIONS)
-    link.push(conn, moving(3, 15, "10.0.0.5:7000"))
-    link.push(conn, moving(3, 15, "10.0.0.5:7000"))
-    link.push(conn, moving(2, 15, "10.0.0.6:7000"))
-    assert ps.reconnects == 1
-    assert link.target == NEW
-    link.push(conn, [b"MIGRATING", 4, 5, b"1"])
-    assert isinstance(conn.timeouts, RelaxedTimeouts)
+
+async def test_moving_on_pubsub_moves_it_once_make_before_break(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with harness() as (handler, _pool):
+        link = handler.pubsub_link()
+        ps = FakePubSub()
+        link.attach(ps)
+        ps.connection = conn = await link.connect()
+        link.push(conn, moving(3, 15, str(NEW)))
+        link.push(conn, moving(3, 15, str(NEW)))  # replayed
+        link.push(conn, moving(2, 15, "10.0.0.6:7000"))  # stale
+        await trio.sleep(1)
+        assert [(c.host, c.port) for c in ps.adopted] == [("10.0.0.5", 7000)]
+        assert [p[1] for p in handler.performed] == [NEW]
+        new = ps.adopted[0]
+        link.push(new, [b"MIGRATING", 4, 5, b"1"])
+        assert isinstance(new.timeouts, RelaxedTimeouts)
+        link.close()
+        for c in (conn, new):
+            c.close_nowait()
+
+
+async def test_pubsub_null_endpoint_moves_at_half_the_time(autojump_clock: trio.abc.Clock) -> None:
+    async with harness() as (handler, _pool):
+        link = handler.pubsub_link()
+        ps = FakePubSub()
+        link.attach(ps)
+        ps.connection = conn = await link.connect()
+        link.push(conn, moving(3, 10, None))
+        await trio.sleep(4.9)
+        assert ps.adopted == []
+        await trio.sleep(0.3)
+        assert [(c.host, c.port) for c in ps.adopted] == [("10.0.0.1", 6379)]
+        for c in (conn, *ps.adopted):
+            c.close_nowait()
+
+
+async def test_pubsub_stays_when_the_new_endpoint_is_unreachable(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with harness() as (handler, _pool):
+        handler.unreachable.add(NEW)
+        link = handler.pubsub_link()
+        ps = FakePubSub()
+        link.attach(ps)
+        ps.connection = conn = await link.connect()
+        link.push(conn, moving(3, 15, str(NEW)))
+        await trio.sleep(10)
+        assert ps.adopted == [] and ps.connection is conn  # kept its connection
+        assert len(handler.performed) == 3  # three dial attempts, with backoff
+        attempts = [p[2] for p in handler.performed]
+        assert attempts[1] - attempts[0] >= 0.5 and attempts[2] - attempts[1] >= 1.0
+        assert handler.state.failed_handoffs == 1
+        conn.close_nowait()
 
 
 # --- READONLY during a move, dials racing a MOVING, retargeting --------------------------
@@ -549,7 +615,7 @@ async def test_readonly_waits_for_moving(autojump_clock: trio.abc.Clock) -> None
             handler.push_handler(other, moving(2, 15, str(NEW)))
         assert result == [True]
         # A connection already marked for a handoff retries at once.
-        assert other.handoff is not None
+        assert target_of(handler, other) is not None
         before = trio.current_time()
         assert await handler.wait_for_moving(other) is True
         assert trio.current_time() == before
@@ -573,36 +639,26 @@ async def test_readonly_expedites_null_endpoint_handoffs(autojump_clock: trio.ab
 
 async def test_dial_that_raced_a_moving_is_handed_off(autojump_clock: trio.abc.Clock) -> None:
     handler = FakeHandler()
-    peers: list[Any] = []
-    opened: list[Connection] = []
+    async with harness(handler) as (handler, pool):
+        first = await pool.acquire()  # configured address
+        handler.dial_delay = 1.0
+        raced: list[Connection] = []
 
-    async def slow_connect(self: Connection, stream: Any = None) -> None:
+        async def acquire() -> None:
+            raced.append(await pool.acquire())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(acquire)  # dialing the old endpoint...
+            await trio.sleep(0.5)
+            handler.push_handler(first, moving(3, 15, str(NEW)))  # ... when MOVING comes
+        (conn,) = raced
+        assert (conn.host, conn.port) == ("10.0.0.1", 6379)
+        assert target_of(handler, conn) == NEW  # used once, handed off when released
+        handler.dial_delay = 0.0
+        pool.release(conn)
+        pool.release(first)
         await trio.sleep(1)
-        a, b = trio.socket.socketpair()
-        peers.append(b)
-        self._attach(trio.SocketStream(a))
-        opened.append(self)
-
-    pool = ConnectionPool(handler.dial, pool_size=4)
-    handler.attach(pool)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Connection, "connect", slow_connect)
-        async with handler:
-            first = await pool.acquire()  # configured address
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(pool.acquire)  # dialing the old endpoint...
-                await trio.sleep(0.5)
-                handler.push_handler(first, moving(3, 15, str(NEW)))  # ... when MOVING comes
-            raced = opened[-1]
-            assert (raced.host, raced.port) == ("10.0.0.1", 6379)
-            assert raced.handoff is not None  # used once, handed off when released
-            pool.release(raced)
-            pool.release(first)
-            await trio.sleep(1)
-            assert {p[0] for p in handler.performed} == {first.id, raced.id}
-            pool.close()
-    for peer in peers:
-        peer.close()
+        assert {p[0] for p in handler.performed} == {first.id, conn.id}
 
 
 async def test_newer_moving_retargets_a_running_handoff(autojump_clock: trio.abc.Clock) -> None:
