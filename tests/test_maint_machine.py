@@ -334,16 +334,38 @@ def test_moving_back_cancels_a_queued_handoff() -> None:
     assert record is not None and record.phase is Phase.POOL
 
 
-def test_a_connection_is_handed_off_at_most_once_per_pacing_interval() -> None:
+def test_a_connection_is_paced_after_a_burst_of_handoffs() -> None:
     m = machine()
     [cid] = pool(m, borrowed=1)
+    # Two moves in quick succession (A -> B -> C) are never delayed ...
     m.notification(cid, Moving(1, 10.0, B), 0.0)
     m.released(cid, 0.0)
     handoff(m, cid, 0.1, Outcome.OK)
     m.acquired(cid, False, 0.2)
-    actions = m.notification(cid, Moving(1, 10.0, C), 0.2)  # from B now
+    m.notification(cid, Moving(1, 10.0, C), 0.2)  # from B
+    assert m.released(cid, 0.2)[0] is Verdict.TAKEN
+    handoff(m, cid, 0.3, Outcome.OK)
+    m.acquired(cid, False, 0.4)
+    # ... a third within HANDOFF_PACING of the first is (a flood of MOVINGs).
+    actions = m.notification(cid, Moving(1, 10.0, A), 0.4)  # from C
     assert ScheduleTimer(0.1 + HANDOFF_PACING) in actions
-    assert kept(m.released(cid, 0.3))
+    assert kept(m.released(cid, 0.5))
+    # A READONLY from the old endpoint (it refuses writes already) starts it at once.
+    verdict, expedited = m.readonly(cid, 0.6)
+    assert verdict is ReadonlyVerdict.RETRY and TakeIdle(cid) in expedited
+    assert StartHandoff(cid, A, 1) in m.claimed(cid, True, 0.6)
+
+
+def test_the_pacing_timer_starts_a_paced_handoff() -> None:
+    m = machine()
+    [cid] = pool(m, borrowed=1)
+    for seq, (target, at) in enumerate([(B, 0.0), (C, 0.2)], start=1):
+        m.notification(cid, Moving(seq, 10.0, target), at)
+        m.released(cid, at)
+        handoff(m, cid, at + 0.1, Outcome.OK)
+        m.acquired(cid, False, at + 0.1)
+    assert ScheduleTimer(0.1 + HANDOFF_PACING) in m.notification(cid, Moving(1, 10.0, A), 0.4)
+    m.released(cid, 0.5)
     assert of(m.timer_fired(0.1 + HANDOFF_PACING), TakeIdle) == [TakeIdle(cid)]
 
 
@@ -371,9 +393,7 @@ def test_each_node_numbering_afresh() -> None:
     handoff(m, cid, 0.0, Outcome.OK)
     m.acquired(cid, False, 2.0)
     assert events(m.notification(cid, Moving(1001, 5.0, A), 2.0), MovingStarted)  # from B
-    m.released(cid, 3.0)
-    m.timer_fired(3.0)
-    m.claimed(cid, True, 3.0)
+    assert m.released(cid, 3.0)[0] is Verdict.TAKEN
     handoff(m, cid, 3.0, Outcome.OK)
     m.acquired(cid, False, 3.5)
     # Before the move to A completed (its time runs out at 7.0): 1001 from A is a replay.
@@ -389,10 +409,8 @@ def test_client_wide_increasing_numbering() -> None:
         if seq > 1001:
             m.acquired(cid, False, now)
         assert events(m.notification(cid, Moving(seq, 5.0, target), now), MovingStarted)
-        m.released(cid, now)
-        m.timer_fired(now + HANDOFF_PACING)
-        m.claimed(cid, True, now + HANDOFF_PACING)
-        handoff(m, cid, now + HANDOFF_PACING, Outcome.OK)
+        assert m.released(cid, now)[0] is Verdict.TAKEN  # moves 2 s apart: never paced
+        handoff(m, cid, now, Outcome.OK)
     record = m.record(cid)
     assert record is not None and record.endpoint == B
 

@@ -69,6 +69,7 @@ from .notifications import (
 from .timeouts import RelaxedTimeouts
 
 __all__ = [
+    "HANDOFF_BURST",
     "HANDOFF_PACING",
     "MAX_BREAKERS",
     "MAX_SOURCES",
@@ -78,9 +79,13 @@ __all__ = [
 
 logger = logging.getLogger("trio_maint.maintenance")
 
-#: Seconds (``float``) a connection waits after a handoff before it is handed off again: a
-#: newer MOVING for it meanwhile is kept as its one pending target and applied then.
+#: A connection completes at most :data:`HANDOFF_BURST` handoffs in any
+#: ``HANDOFF_PACING`` seconds (``float``); a newer MOVING for it meanwhile is kept as its
+#: one pending target and applied when the window allows (or at once after a READONLY).
 HANDOFF_PACING: Final = 1.0
+#: See :data:`HANDOFF_PACING` (``int``): legitimate moves in quick succession (A -> B -> A)
+#: are never delayed; a flood of MOVINGs is.
+HANDOFF_BURST: Final = 2
 #: Delay (``float`` seconds) before the first retry of a failed handoff dial; doubled for
 #: each further retry and capped at ``handoff_timeout``.
 RETRY_BASE_DELAY: Final = 0.5
@@ -364,8 +369,9 @@ class MaintenanceMachine:
         current = rec.mark
         if current is not None and current.seq_id > mark.seq_id and current.source == mark.source:
             return  # an older MOVING than the one it follows
-        if rec.last_handoff is not None:
-            mark = attrs.evolve(mark, due=max(mark.due, rec.last_handoff + HANDOFF_PACING))
+        recent = rec.recent_handoffs
+        if len(recent) >= HANDOFF_BURST:
+            mark = attrs.evolve(mark, due=max(mark.due, recent[-HANDOFF_BURST] + HANDOFF_PACING))
         if rec.phase in _HANDED:
             # Retarget the handoff under way (at most one pending target).
             if not mark.null and mark.target == rec.endpoint and rec.phase is not Phase.RUNNING:
@@ -496,7 +502,7 @@ class MaintenanceMachine:
     ) -> None:
         rec.endpoint = target
         rec.seen = None
-        rec.last_handoff = now
+        rec.recent_handoffs = (*rec.recent_handoffs, now)[-HANDOFF_BURST:]
         rec.attempts = 0
         self._completed += 1
         latency = now - (rec.queued_at if rec.queued_at is not None else now)
@@ -571,10 +577,10 @@ class MaintenanceMachine:
         """A write on ``conn_id`` was refused with ``READONLY`` (so it did not run).
 
         ``RETRY`` when the endpoint is moving: the connection is marked for a handoff, or
-        it is on the source of a MOVING whose ``time`` has not run out. Scheduled
-        (null-endpoint) handoffs are then started at once, since the old node no longer
-        takes writes. Otherwise ``WAIT`` (the shell waits for :class:`MovingSeen`, then
-        asks again with ``waited=True``) or ``RAISE``.
+        it is on the source of a MOVING whose ``time`` has not run out. Handoffs not due
+        yet (null endpoint, pacing) are then started at once, since the old node no
+        longer takes writes. Otherwise ``WAIT`` (the shell waits for :class:`MovingSeen`,
+        then asks again with ``waited=True``) or ``RAISE``.
         """
         rec = self._conns.get(conn_id)
         actions: list[Action] = []
@@ -588,7 +594,7 @@ class MaintenanceMachine:
             return (ReadonlyVerdict.RAISE if waited else ReadonlyVerdict.WAIT), actions
         for other in list(self._conns.values()):
             mark = other.mark
-            if mark is None or not mark.null or mark.due <= now or other.phase in _HANDED:
+            if mark is None or mark.due <= now or other.phase in _HANDED:
                 continue
             other.mark = attrs.evolve(mark, due=now)
             if other.kind is ConnKind.PUBSUB:

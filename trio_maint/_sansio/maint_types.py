@@ -232,7 +232,7 @@ class ConnRecord:
     redo: bool = False
     retry_at: float | None = None
     queued_at: float | None = None
-    last_handoff: float | None = None
+    recent_handoffs: tuple[float, ...] = ()
     seen: tuple[Endpoint, int] | None = None
     timeouts: RelaxedTimeouts | None = None
 
