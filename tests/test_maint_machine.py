@@ -50,6 +50,7 @@ from trio_maint._sansio.notifications import (
     Moving,
     Notification,
 )
+from trio_maint._sansio.seqids import MovingSeqIds
 
 A = Endpoint("10.0.0.1", 6379)
 B = Endpoint("10.0.0.2", 6379)
@@ -710,3 +711,27 @@ TestMachineModel.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+# ------------------------------------------------------------------------- seqIDs
+
+
+def test_seqids_are_per_source_and_restart_after_an_arrival() -> None:
+    seqs = MovingSeqIds()
+    assert seqs.is_new(A, 1001, 0.0)
+    seqs.accept(A, 1001, B, 5.0)
+    assert not seqs.is_new(A, 1001, 1.0) and not seqs.is_new(A, 1000, 1.0)
+    assert seqs.is_new(A, 1002, 1.0)
+    assert seqs.is_new(B, 1001, 1.0)  # another source: its own numbering
+    seqs.accept(B, 1001, A, 8.0)  # B -> A, complete at 8.0
+    assert not seqs.is_new(A, 1001, 7.9)  # a late replay of A's own MOVING
+    assert seqs.is_new(A, 1001, 8.0)  # back on A after the move: A may number afresh
+
+
+def test_seqids_remember_a_bounded_number_of_endpoints() -> None:
+    seqs = MovingSeqIds(max_sources=8)
+    for i in range(1000):
+        source = Endpoint(f"10.9.{i // 250}.{i % 250}", 1)
+        seqs.accept(source, i, Endpoint("10.8.0.1", 1), 1.0)
+    assert len(seqs) == 8
+    assert len(seqs._arrivals) <= 8

@@ -17,7 +17,6 @@ its notifications afresh.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Final
 
@@ -66,13 +65,13 @@ from .notifications import (
     SMigrated,
     SMigrating,
 )
+from .seqids import MovingSeqIds
 from .timeouts import RelaxedTimeouts
 
 __all__ = [
     "HANDOFF_BURST",
     "HANDOFF_PACING",
     "MAX_BREAKERS",
-    "MAX_SOURCES",
     "RETRY_BASE_DELAY",
     "MaintenanceMachine",
 ]
@@ -91,8 +90,6 @@ HANDOFF_BURST: Final = 2
 RETRY_BASE_DELAY: Final = 0.5
 #: Most circuit breakers kept; the least recently used are dropped beyond it (``int``).
 MAX_BREAKERS: Final = 64
-#: Most MOVING sources (endpoints) whose latest seqID is remembered (``int``).
-MAX_SOURCES: Final = 256
 
 _OPENING = (Migrating, FailingOver, SMigrating)
 _CLOSING = (Migrated, FailedOver, SMigrated)
@@ -151,8 +148,7 @@ class MaintenanceMachine:
         )
         self._target = configured
         self._conns: dict[int, ConnRecord] = {}
-        self._seen: OrderedDict[Endpoint, int] = OrderedDict()
-        self._arrivals: OrderedDict[Endpoint, float] = OrderedDict()
+        self._seqs = MovingSeqIds()
         self._last: _Move | None = None
         self._wake = _INF
         self._completed = 0
@@ -213,7 +209,12 @@ class MaintenanceMachine:
         got there as the ``fallback`` from an unreachable target.
         """
         rec = ConnRecord(conn_id, kind, endpoint, Phase.POOL)
+        previous = self._conns.get(conn_id)
         self._conns[conn_id] = rec
+        if previous is not None and previous.phase in (Phase.QUEUED, Phase.RUNNING):
+            # A subscriber reconnected by itself (its old connection was lost) while a
+            # handoff was under way: the new connection goes to the current target.
+            return [CancelHandoff(conn_id)]
         last = self._last
         if fallback or self.closed or last is None or last.target is None:
             return []
@@ -309,13 +310,7 @@ class MaintenanceMachine:
     def _moving(self, rec: ConnRecord, n: Moving, now: float) -> list[Action]:
         source = rec.endpoint
         actions: list[Action] = []
-        arrived = self._arrivals.get(source)
-        if arrived is not None and now >= arrived:
-            # A move to ``source`` completed: it may number its notifications afresh.
-            del self._arrivals[source]
-            self._seen.pop(source, None)
-        latest = self._seen.get(source)
-        if latest is None or n.seq_id > latest:
+        if self._seqs.is_new(source, n.seq_id, now):
             self._accept(source, n, now, actions)  # applies it to ``rec`` too
         if rec.seen is not None and rec.seen[0] == source and rec.seen[1] >= n.seq_id:
             return actions  # this connection already applied it (or a newer one)
@@ -324,30 +319,20 @@ class MaintenanceMachine:
 
     def _accept(self, source: Endpoint, n: Moving, now: float, actions: list[Action]) -> None:
         """The first MOVING of a new seqID from ``source``: act client-wide."""
-        self._seen[source] = n.seq_id
-        self._seen.move_to_end(source)
-        while len(self._seen) > MAX_SOURCES:
-            self._seen.popitem(last=False)
         deadline = now + n.time
+        self._seqs.accept(source, n.seq_id, n.endpoint, deadline)
         self._last = _Move(source, n.endpoint, n.seq_id, deadline)
         endpoint = n.endpoint
         where = endpoint if endpoint is not None else "the current address"
         extra = {"event": "moving", "seq_id": n.seq_id, "endpoint": str(endpoint)}
         logger.info("MOVING seq %d from %s to %s", n.seq_id, source, where, extra=extra)
         actions.append(MovingSeen())
-        actions.append(
-            Emit(
-                MovingStarted(n.seq_id, None if endpoint is None else str(endpoint), deadline, now)
-            )
-        )
-        if endpoint is not None:
-            self._arrivals[endpoint] = deadline
-            self._arrivals.move_to_end(endpoint)
-            while len(self._arrivals) > MAX_SOURCES:
-                self._arrivals.popitem(last=False)
-            if endpoint != self._target and not self._blocked(endpoint, now):
-                self._target = endpoint
-                actions.append(SetDialTarget(endpoint))
+        text = None if endpoint is None else str(endpoint)
+        actions.append(Emit(MovingStarted(n.seq_id, text, deadline, now)))
+        moved = endpoint is not None and endpoint != self._target
+        if endpoint is not None and moved and not self._blocked(endpoint, now):
+            self._target = endpoint
+            actions.append(SetDialTarget(endpoint))
         # Every connection on the source, or heading there, follows the move.
         for other in list(self._conns.values()):
             heading = other.mark is not None and other.mark.target == source
