@@ -79,7 +79,6 @@ async def publish_each(rc: trio_maint.RedisCluster, channels: list[str], data: s
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 12: ssubscribe of several slots on one master")
 async def test_ssubscribe_channels_of_several_slots_on_one_master(
     cluster: Cluster,
 ) -> None:
@@ -92,13 +91,13 @@ async def test_ssubscribe_channels_of_several_slots_on_one_master(
                 await trio.sleep(0.2)  # the confirmations (if any) come back meanwhile
                 receivers = await publish_each(rc, channels, "one")
                 got = await receive(ps, 3, within=3.0)
-    # Today: the node answers -CROSSSLOT to the single SSUBSCRIBE of all three, the client
-    # only logs it, nobody is subscribed (SPUBLISH reports 0 receivers) and nothing arrives.
+    # Before the fix: the node answers -CROSSSLOT to the single SSUBSCRIBE of all three, the
+    # client only logs it, nobody is subscribed (SPUBLISH reports 0 receivers) and nothing
+    # arrives.
     assert (receivers, sorted(got)) == ([1, 1, 1], sorted((c, "one") for c in channels))
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 12: sharded resubscribe of several slots")
 async def test_sharded_resubscribe_after_lost_connection_covers_every_slot(
     cluster: Cluster,
 ) -> None:
@@ -125,8 +124,8 @@ async def test_sharded_resubscribe_after_lost_connection_covers_every_slot(
                             await trio.sleep(0.1)
                 after = await publish_each(rc, channels, "after")
                 got = await receive(ps, 3, within=3.0)
-    # Today: the resubscription sends SSUBSCRIBE with all three channels at once, the node
-    # answers -CROSSSLOT (logged only) and no channel is subscribed again.
+    # Before the fix: the resubscription sends SSUBSCRIBE with all three channels at once, the
+    # node answers -CROSSSLOT (logged only) and no channel is subscribed again.
     assert (after, sorted(got)) == ([1, 1, 1], sorted((c, "after") for c in channels))
 
 
@@ -136,7 +135,6 @@ async def shard_subscribers(admin: testing.RawConnection, channels: list[str]) -
     return [int(n) for n in reply[1::2]]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: subscribe error reply only logged")
 async def test_ssubscribe_error_reply_reaches_the_caller() -> None:
     topology = ClusterTopology()
     async with open_fake_server() as node:

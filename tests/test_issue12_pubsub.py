@@ -66,7 +66,6 @@ class Collector:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 12: pubsub null-endpoint MOVING reconnects at once")
 async def test_pubsub_null_endpoint_moving_reconnects_at_half_time(
     servers: tuple[RedisServer, RedisServer],
 ) -> None:
@@ -136,9 +135,9 @@ async def test_pubsub_null_endpoint_moving_reconnects_at_half_time(
     moved_at = next((t for t, _old, new in timeline if new > 0), None)
     checked = [d for d, t in published if not 0.4 * time_ <= t <= 0.8 * time_]
     wrong = {d: collector.data.count(d) for d in checked if collector.data.count(d) != 1}
-    # Today: the subscriber reconnects (to the new node) as soon as it reads the MOVING,
-    # while the pool's publisher stays on the old node until T/2: every message published
-    # in between is lost.
+    # Before the fix: the subscriber reconnects (to the new node) as soon as it reads the
+    # MOVING, while the pool's publisher stays on the old node until T/2: every message
+    # published in between is lost.
     assert collector.errors == []
     assert moved_at is not None and 0.4 * time_ <= moved_at <= 0.75 * time_, (
         f"the subscriber reached the new node {moved_at} s after the MOVING (T = {time_} s); "
@@ -151,7 +150,6 @@ async def test_pubsub_null_endpoint_moving_reconnects_at_half_time(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 12: pubsub MOVING to an unreachable endpoint")
 async def test_pubsub_moving_to_unreachable_endpoint_keeps_old_connection(
     servers: tuple[RedisServer, RedisServer],
 ) -> None:
@@ -193,8 +191,8 @@ async def test_pubsub_moving_to_unreachable_endpoint_keeps_old_connection(
                     await trio.sleep(0.3)
                     nursery.cancel_scope.cancel()
     lost = [d for d in published if d not in collector.data]
-    # Today: the subscriber drops its old connection at once and dials the endpoint on
-    # every get_message(), each failing with ConnectionError.
+    # Before the fix: the subscriber drops its old connection at once and dials the endpoint
+    # on every get_message(), each failing with ConnectionError.
     assert (collector.errors[:3], len(collector.errors)) == ([], 0)
     assert dead.accepted <= 10, f"{dead.accepted} dials to the unreachable endpoint in 3 s"
     assert lost == [], f"{len(lost)} of {len(published)} messages lost"
@@ -203,7 +201,6 @@ async def test_pubsub_moving_to_unreachable_endpoint_keeps_old_connection(
 # --- item 3 -----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: PubSub made before MOVING dials old endpoint")
 async def test_pubsub_created_before_moving_first_used_after_dials_new_endpoint(
     servers: tuple[RedisServer, RedisServer],
 ) -> None:
@@ -235,5 +232,6 @@ async def test_pubsub_created_before_moving_first_used_after_dials_new_endpoint(
                     assert await r.publish(channel, "hello") == 1
                     message = await ps.get_message(timeout=5)
     assert message is not None and message.data == b"hello"
-    # Today: the PubSub's connection factory kept the endpoint of the moment it was made.
+    # Before the fix: the PubSub's connection factory kept the endpoint of the moment it was
+    # made.
     assert (dialed, landed) == ((0, 1), b.address)

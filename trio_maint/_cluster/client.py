@@ -411,10 +411,21 @@ class RedisCluster(SlotMapRefresh, CommandsMixin[Awaitable[Any]]):
         slot, else :class:`~trio_maint.CrossSlotError`)."""
         return ClusterPipeline(self, transaction)
 
-    def pubsub(self, *, ignore_subscribe_messages: bool = False) -> ClusterPubSub:
-        """A new :class:`ClusterPubSub` for sharded pub/sub (``SSUBSCRIBE``); use it as
-        ``async with rc.pubsub() as ps:``."""
-        return ClusterPubSub(self, ignore_subscribe_messages=ignore_subscribe_messages)
+    @asynccontextmanager
+    async def pubsub(
+        self, *, ignore_subscribe_messages: bool = False
+    ) -> AsyncIterator[ClusterPubSub]:
+        """A :class:`ClusterPubSub` for sharded pub/sub (``SSUBSCRIBE``) for the block of
+        ``async with rc.pubsub() as ps:`` (an async context manager: its reader tasks run
+        in a nursery of its own; on exit its connections are closed).
+
+        :param ignore_subscribe_messages: skip ``ssubscribe``/``sunsubscribe``
+            confirmations.
+        """
+        async with ClusterPubSub.open(
+            self, ignore_subscribe_messages=ignore_subscribe_messages
+        ) as pubsub:
+            yield pubsub
 
     @property
     def closed(self) -> bool:
