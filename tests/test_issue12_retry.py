@@ -57,7 +57,6 @@ def execute_incr_then_drop(node: FakeServer) -> dict[bytes, int]:
     return executed
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: cluster resends a command whose reply was lost")
 async def test_cluster_incr_with_lost_reply_is_not_sent_again() -> None:
     """The node runs the INCR and closes the connection before replying: the client must
     raise ConnectionError, and the node must have run the INCR exactly once."""
@@ -68,12 +67,11 @@ async def test_cluster_incr_with_lost_reply_is_not_sent_again() -> None:
                 with pytest.raises(trio_maint.ConnectionError):
                     await rc.incr("k")
         # The INCR ran once on the node; the client cannot know whether it did, so it must
-        # not run it again (today: sent again and again until retry_timeout ran out, 13
-        # times in 2 s).
+        # not run it again (before the retry policy was wired in: sent again and again
+        # until retry_timeout ran out, 13 times in 2 s).
         assert executed == {b"k": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: cluster pipeline resends after a lost reply")
 async def test_cluster_pipeline_with_lost_replies_is_not_sent_again() -> None:
     """The same with a pipeline of 10 INCRs (on 10 keys) sent in one write: the node runs
     all of them, then closes without replying; each must have run exactly once."""
@@ -90,7 +88,6 @@ async def test_cluster_pipeline_with_lost_replies_is_not_sent_again() -> None:
         assert executed == dict.fromkeys(keys, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: MOVED pipeline commands resent out of order")
 async def test_cluster_pipeline_moved_commands_keep_their_order() -> None:
     """A pipeline ``SET k 0`` .. ``SET k 19``, every command answered ``MOVED`` by node X
     (the slot moved to Y): Y must receive the 20 SETs in the order queued, so ``k`` ends

@@ -12,18 +12,19 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from trio_maint._sansio import errors as E
+from trio_maint._sansio.resend import PipelineRetry, ResendGroup, group_by_target
 from trio_maint._sansio.retry import (
     DEFAULT_BACKOFF_MAX,
     DEFAULT_BACKOFF_START,
+    STANDALONE_POLICY,
     Ask,
     Decision,
     Finish,
     Kind,
     Outcome,
-    PipelineRetry,
     Redirect,
     RedirectTarget,
-    ResendGroup,
     Retry,
     RetryPolicy,
     RetryState,
@@ -31,16 +32,10 @@ from trio_maint._sansio.retry import (
     backoff,
     classify,
     classify_transaction,
-    group_by_target,
     parse_redirect,
 )
 
 from ._robust import ROBUST
-
-try:
-    from trio_maint._sansio import errors as E  # type: ignore[import-not-found, attr-defined, unused-ignore]
-except ImportError:  # pragma: no cover - the layout before trio_maint._sansio
-    from trio_maint import _errors as E  # type: ignore[import-not-found, attr-defined, no-redef, unused-ignore]
 
 STANDALONE = RetryPolicy()
 CLUSTER = RetryPolicy.for_cluster()
@@ -127,6 +122,27 @@ def test_classify_transport_errors(error: BaseException) -> None:
         else Kind.LOST_BEFORE_WRITE
     )
     assert classify(error, written=False).kind is expected
+
+
+def test_classify_reads_the_written_flag() -> None:
+    """The connection marks what provably was not written (errors.not_written); classify
+    reads the flag unless told, and assumes the request was written without one."""
+    error = E.ConnectionError("first write failed")
+    assert E.request_written(error) is True
+    assert classify(error).kind is Kind.MAY_HAVE_RUN
+    assert E.not_written(error) is error
+    assert error.written is False
+    assert E.request_written(error) is False
+    assert classify(error).kind is Kind.LOST_BEFORE_WRITE
+    # The caller knows better (its acquisition failed, so nothing was written): it says so.
+    assert classify(E.ConnectionError("dial refused"), written=False).kind is (
+        Kind.LOST_BEFORE_WRITE
+    )
+    assert classify(error, written=True).kind is Kind.MAY_HAVE_RUN
+    closed = E.not_written(E.ConnectionClosedError("closed"))
+    assert classify(closed).kind is Kind.OTHER  # closed by its owner: not retried
+    assert E.request_written(E.TimeoutError("late")) is True
+    assert classify(E.TimeoutError("late")).kind is Kind.MAY_HAVE_RUN
 
 
 def test_kinds_that_prove_nothing_ran() -> None:
@@ -249,6 +265,7 @@ def test_timed_retry_cap() -> None:
     assert CLUSTER.timed_retry_cap(1e9) == 4_000_000_005
     assert CLUSTER.max_resends == 16 + 1 + 25
     assert STANDALONE.max_resends == 16 + 1
+    assert STANDALONE_POLICY.max_resends == 16 + 1 + 2
 
 
 # ------------------------------------------------------------------------------ decisions
@@ -287,6 +304,22 @@ def test_standalone_readonly_waits_for_moving_then_retries_once() -> None:
     assert isinstance(decision, Finish)
     assert "max_readonly_retries=1" in decision.reason
     assert state.resends == 1
+
+
+def test_standalone_readonly_with_the_budget_spent_does_not_wait() -> None:
+    """Refused again after the one resend: no second wait for a MOVING (it could not
+    change the outcome), the READONLY is raised at once."""
+    state = RetryState(STANDALONE)
+    refused = classify(readonly())
+    assert isinstance(state.decide(refused, 0.0), WaitForMoving)
+    assert state.decide_after_wait(refused, 0.1, moving=True) == Retry(Kind.READONLY)
+    decision = state.decide(refused, 0.2)
+    assert isinstance(decision, Finish)
+    assert "max_readonly_retries=1" in decision.reason
+    # decide_after_wait never asks for a second wait.
+    state = RetryState(STANDALONE)
+    assert isinstance(state.decide(refused, 0.0), WaitForMoving)
+    assert isinstance(state.decide_after_wait(refused, 1.0, moving=False), Finish)
 
 
 def test_standalone_readonly_without_moving_is_raised() -> None:
@@ -352,6 +385,29 @@ def test_lost_before_write_needs_a_time_budget() -> None:
     # In a cluster the map is refreshed too (the node may be down).
     decision = RetryState(CLUSTER).decide(lost(written=False), 0.0)
     assert decision == Retry(Kind.LOST_BEFORE_WRITE, 0.01, True)
+
+
+def test_standalone_resends_what_was_not_written_a_few_times() -> None:
+    """The standalone client's policy: no time budget, but a request whose connection
+    failed before the write (a pooled connection that died while idle) is resent at once,
+    at most twice; one that may have been written never."""
+    assert STANDALONE_POLICY.retry_timeout is None
+    assert STANDALONE_POLICY.max_unsent_retries == 2
+    state = RetryState(STANDALONE_POLICY)
+    assert state.decide(lost(written=False), 0.0) == Retry(Kind.LOST_BEFORE_WRITE)
+    assert state.decide(lost(written=False), 0.0) == Retry(Kind.LOST_BEFORE_WRITE)
+    decision = state.decide(lost(written=False), 0.0)
+    assert isinstance(decision, Finish)
+    assert "max_unsent_retries=2" in decision.reason
+    assert state.unsent_retries == state.resends == 2
+    assert isinstance(RetryState(STANDALONE_POLICY).decide(lost(written=True), 0.0), Finish)
+    # With a time budget (a cluster), the time budget applies instead.
+    timed = RetryPolicy(retry_timeout=1.0, max_unsent_retries=2)
+    assert timed.max_resends == timed.max_redirects + 1 + timed.timed_retry_cap(1.0)
+    decision = RetryState(timed).decide(lost(written=False), 0.0)
+    assert decision == Retry(Kind.LOST_BEFORE_WRITE, 0.01, False)
+    with pytest.raises(ValueError):
+        RetryPolicy(max_unsent_retries=-1)
 
 
 def test_moved_redirects_and_updates_the_route() -> None:
@@ -726,6 +782,7 @@ policies = st.builds(
     max_redirects=st.integers(0, 5),
     max_readonly_retries=st.integers(0, 3),
     retry_timeout=st.one_of(st.none(), st.floats(0.0, 0.6)),
+    max_unsent_retries=st.integers(0, 3),
 )
 steps = st.tuples(
     outcomes,
@@ -761,7 +818,12 @@ def test_any_outcome_sequence_is_bounded_and_never_resends_what_may_have_run(
             budget = next(
                 (
                     b
-                    for b in ("max_redirects", "max_readonly_retries", "time budget")
+                    for b in (
+                        "max_redirects",
+                        "max_readonly_retries",
+                        "max_unsent_retries",
+                        "time budget",
+                    )
                     if b in decision.reason
                 ),
                 "no budget",
@@ -778,6 +840,7 @@ def test_any_outcome_sequence_is_bounded_and_never_resends_what_may_have_run(
     assert resends == state.resends <= policy.max_resends
     assert state.redirects <= policy.max_redirects
     assert state.readonly_retries <= policy.max_readonly_retries
+    assert state.unsent_retries <= policy.max_unsent_retries
 
 
 _NODES = ["a:1", "b:2", "c:3"]

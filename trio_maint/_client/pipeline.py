@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
@@ -11,6 +12,7 @@ from .._net.connection import Connection
 from .._sansio.commands import CommandsMixin, KeyT
 from .._sansio.errors import (
     ConnectionClosedError,
+    ConnectionError,
     ExecAbortError,
     ReadOnlyError,
     RedisError,
@@ -18,13 +20,30 @@ from .._sansio.errors import (
     WatchError,
 )
 from .._sansio.replies import Callback, apply_callback
+from .._sansio.resend import PipelineRetry
 from .._sansio.resp import CommandArg
+from .._sansio.retry import (
+    STANDALONE_POLICY,
+    Finish,
+    RetryState,
+    WaitForMoving,
+    classify,
+    classify_transaction,
+)
 from .._sansio.unset import UNSET, Unset
 
 if TYPE_CHECKING:
     from .redis import Redis
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "caller_deadline"]
+
+
+def caller_deadline() -> float | None:
+    """The caller's Trio deadline (``trio.current_effective_deadline()``, absolute seconds
+    of the Trio clock, ``float``), or ``None`` when it has none: it shortens a retry
+    budget (:class:`~trio_maint._sansio.retry.RetryState`)."""
+    deadline = trio.current_effective_deadline()
+    return None if deadline == math.inf else deadline
 
 
 class Pipeline(CommandsMixin["Pipeline"]):
@@ -174,26 +193,104 @@ class Pipeline(CommandsMixin["Pipeline"]):
     async def _run(
         self, commands: list[tuple[CommandArg, ...]], *, transaction: bool = False
     ) -> list[Any]:
+        """Send ``commands`` in one write and return their replies (error replies as
+        values). A pipeline holding a ``WATCH`` runs on its own connection and is never
+        resent. Otherwise the retry policy (:data:`STANDALONE_POLICY`) is asked only when
+        the first attempt calls for it: writes refused with ``READONLY`` (not executed)
+        are sent again, in order, when the endpoint is moving; a transaction refused
+        while queueing (it ran nothing) is sent again whole; a write that failed before
+        anything was handed to the kernel is sent again. What may have run never is."""
         if self._conn is not None:
             return await self._conn.execute_many(commands)
+        # The first attempt, as _attempt but inline: no extra coroutine on the hot path.
+        pool = self._client.pool
+        conn = await pool.acquire_for_reply()
+        result: list[Any] | ConnectionError
+        try:
+            result = await conn.execute_many(commands)
+        except ConnectionError as exc:
+            if exc.written:
+                raise
+            result = exc  # nothing was written: the retry policy decides
+        finally:
+            pool.release(conn)
+        if isinstance(result, list):
+            if transaction:
+                if not isinstance(result[-1], RedisError):
+                    return result  # EXEC ran (a list) or a watched key changed (nil)
+            elif ReadOnlyError not in map(type, result):
+                return result
+        if transaction:
+            return await self._retry_transaction(commands, result, conn)
+        return await self._retry_pipeline(commands, result, conn)
+
+    async def _attempt(
+        self, commands: list[tuple[CommandArg, ...]]
+    ) -> tuple[list[Any] | ConnectionError, Connection]:
+        """One write of ``commands`` on a pool connection: ``(replies, connection)``, or
+        the ``ConnectionError`` raised before anything was written instead of the replies
+        (any other failure is raised)."""
         pool = self._client.pool
         conn = await pool.acquire_for_reply()
         try:
-            replies = await conn.execute_many(commands)
+            return await conn.execute_many(commands), conn
+        except ConnectionError as exc:
+            if exc.written:
+                raise
+            return exc, conn
         finally:
             pool.release(conn)
-        # Writes refused with READONLY were not executed: when the endpoint is moving
-        # (the old endpoint turns read-only just before MOVING), send them again on the
-        # new endpoint, as single commands are (see docs/maintenance.md). A transaction
-        # refused while queueing ran nothing, so it is sent again whole.
-        refused = [i for i, r in enumerate(replies) if r.__class__ is ReadOnlyError]
-        if refused and await self._client._moved_away(conn):
-            if transaction:
-                return await self._run(commands, transaction=True)
-            again = await self._run([commands[i] for i in refused])
-            for i, reply in zip(refused, again, strict=True):
-                replies[i] = reply
-        return replies
+
+    async def _retry_transaction(
+        self,
+        commands: list[tuple[CommandArg, ...]],
+        result: list[Any] | ConnectionError,
+        conn: Connection,
+    ) -> list[Any]:
+        """The slow path of a transaction: resent whole while the policy says so; returns
+        the replies of the last attempt (``_execute_transaction`` reads them)."""
+        client = self._client
+        state = RetryState(STANDALONE_POLICY, deadline=caller_deadline())
+        while True:
+            outcome = classify_transaction(result) if isinstance(result, list) else classify(result)
+            decision = state.decide(outcome, trio.current_time(), moving=client._moving_known(conn))
+            if isinstance(decision, WaitForMoving):
+                moving = await client._moved_away(conn)
+                decision = state.decide_after_wait(outcome, trio.current_time(), moving=moving)
+            if isinstance(decision, Finish):
+                if isinstance(result, list):
+                    return result
+                raise result
+            result, conn = await self._attempt(commands)
+
+    async def _retry_pipeline(
+        self,
+        commands: list[tuple[CommandArg, ...]],
+        result: list[Any] | ConnectionError,
+        conn: Connection,
+    ) -> list[Any]:
+        """The slow path of a pipeline: only the commands the policy says were not
+        executed are sent again, in their order, in one write per round."""
+        client = self._client
+        tracker = PipelineRetry(STANDALONE_POLICY, len(commands), deadline=caller_deadline())
+        everything = range(len(commands))
+        tracker.record(everything, result, trio.current_time(), moving=client._moving_known(conn))
+        while not tracker.done:
+            if tracker.moving_wait() is not None:
+                tracker.resolve_moving(await client._moved_away(conn), trio.current_time())
+                continue
+            for group in tracker.plan():  # standalone: one group, the pipeline's order
+                if group.delay:  # pragma: no cover - the standalone policy resends at once
+                    await trio.sleep(group.delay)
+                result, conn = await self._attempt(group.commands(commands, ("ASKING",)))
+                got = group.replies(result) if isinstance(result, list) else result
+                tracker.record(
+                    group.indexes, got, trio.current_time(), moving=client._moving_known(conn)
+                )
+        error = tracker.transport_error
+        if error is not None:
+            raise error
+        return tracker.results()
 
     async def _execute_pipeline(
         self, stack: list[tuple[tuple[CommandArg, ...], Callback | None]], raise_on_error: bool

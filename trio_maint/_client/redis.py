@@ -16,12 +16,13 @@ from .._net.groups import unwrap_group
 from .._net.pool import ConnectionPool
 from .._net.timer import ReplyTimer
 from .._sansio.commands import CommandsMixin, KeyT
-from .._sansio.errors import ReadOnlyError, RedisError, WatchError
+from .._sansio.errors import ConnectionError, RedisError, WatchError
 from .._sansio.options import ClientOptions
 from .._sansio.replies import Callback, apply_callback
 from .._sansio.resp import CommandArg
+from .._sansio.retry import STANDALONE_POLICY, Finish, RetryState, WaitForMoving, classify
 from .._sansio.unset import UNSET, Unset
-from .pipeline import Pipeline
+from .pipeline import Pipeline, caller_deadline
 from .pubsub import PubSub
 
 __all__ = ["Redis", "open_redis"]
@@ -47,6 +48,11 @@ class Redis(CommandsMixin[Awaitable[Any]]):
     failures (the connection concerned is discarded);
     :class:`~trio_maint.PoolTimeoutError` when no connection is free in time;
     :class:`~trio_maint.DataError` for arguments that cannot be encoded.
+
+    Retries (:data:`~trio_maint._sansio.retry.STANDALONE_POLICY`, docs/maintenance.md):
+    a write refused with ``READONLY`` while the endpoint is moving (MOVING) is sent again
+    once; a command whose connection failed before any byte of it was written is sent
+    again at once, at most twice. Nothing that may have reached the server is resent.
     """
 
     def __init__(
@@ -76,19 +82,21 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         :raises ResponseError: the server answered with an error (connection kept).
         :raises DataError: an argument cannot be encoded (nothing was sent).
         :raises ConnectionError, TimeoutError, ProtocolError: the connection failed and was
-            discarded.
+            discarded (after the retries of the class docs).
         :raises PoolTimeoutError: no connection became free within ``pool_timeout``.
         """
         pool = self.pool
         conn = await pool.acquire_for_reply()
         try:
             reply = await conn.execute(args, timeout=timeout)
+        except ConnectionError as exc:
+            if exc.written:
+                raise
+            reply = exc  # nothing was written: the retry policy decides
         finally:
             pool.release(conn)
         if isinstance(reply, RedisError):
-            if reply.__class__ is ReadOnlyError and await self._moved_away(conn):
-                return await self.execute_command(*args, timeout=timeout)
-            raise reply
+            return await self._retry(args, timeout, reply, conn)
         return reply
 
     async def _command(
@@ -102,18 +110,69 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         conn = await pool.acquire_for_reply()
         try:
             reply = await conn.execute(args, timeout=timeout)
+        except ConnectionError as exc:
+            if exc.written:
+                raise
+            reply = exc  # nothing was written: the retry policy decides
         finally:
             pool.release(conn)
         if isinstance(reply, RedisError):
-            if reply.__class__ is ReadOnlyError and await self._moved_away(conn):
-                return await self._command(args, callback, timeout=timeout)
-            raise reply
+            reply = await self._retry(args, timeout, reply, conn)
         return reply if callback is None else apply_callback(callback, reply, args)
+
+    async def _retry(
+        self,
+        args: tuple[CommandArg, ...],
+        timeout: float | Literal[Unset.UNSET] | None,
+        result: RedisError,
+        conn: Connection,
+    ) -> Any:
+        """The slow path of a command whose attempt ended with ``result`` (an error reply,
+        or a ``ConnectionError`` raised before anything was written): a loop driven by
+        :data:`STANDALONE_POLICY`. Returns the reply of a resend, or raises the last
+        error (with the policy's reason as a note when a resend was possible but not
+        made)."""
+        state = RetryState(STANDALONE_POLICY, deadline=caller_deadline())
+        pool = self.pool
+        while True:
+            outcome = classify(result)
+            decision = state.decide(outcome, trio.current_time(), moving=self._moving_known(conn))
+            if isinstance(decision, WaitForMoving):
+                moving = await self._moved_away(conn)
+                decision = state.decide_after_wait(outcome, trio.current_time(), moving=moving)
+            if isinstance(decision, Finish):
+                if decision.reason and outcome.kind.proves_not_run:
+                    result.add_note(decision.reason)
+                raise result
+            if decision.delay:  # pragma: no cover - the standalone policy resends at once
+                await trio.sleep(decision.delay)
+            conn = await pool.acquire_for_reply()
+            try:
+                reply = await conn.execute(args, timeout=timeout)
+            except ConnectionError as exc:
+                if exc.written:
+                    raise
+                reply = exc
+            finally:
+                pool.release(conn)
+            if not isinstance(reply, RedisError):
+                return reply
+            result = reply
+
+    def _moving_known(self, conn: Connection) -> bool | None:
+        """For a ``READONLY`` on ``conn``: ``False`` when no MOVING can explain it (no
+        maintenance handling on this connection), else ``None`` (ask
+        :meth:`_moved_away`)."""
+        handler = self.maintenance
+        if handler is None or not conn.maint_enabled:
+            return False
+        return None
 
     async def _moved_away(self, conn: Connection) -> bool:
         """After a ``READONLY`` reply (the write was refused, not executed): ``True`` when
         the endpoint is moving (MOVING), so the command may be retried on the new
-        endpoint. Only on connections that opted in to maintenance notifications."""
+        endpoint (the maintenance handler waits up to 1 s for the MOVING). Only on
+        connections that opted in to maintenance notifications."""
         handler = self.maintenance
         if handler is None or not conn.maint_enabled:
             return False

@@ -23,31 +23,44 @@ from typing import Any, Final, Literal
 import attrs
 import trio
 
+from .._client.pipeline import caller_deadline
 from .._client.redis import Redis, open_redis
-from .._net.connection import Connection
 from .._net.groups import unwrap_group
 from .._sansio.commands import CommandsMixin, KeyT
 from .._sansio.endpoint import format_host_port, split_host_port
 from .._sansio.errors import (
-    AskError,
     ClusterDownError,
     ConnectionClosedError,
     ConnectionError,
-    LoadingError,
-    MovedError,
     RedisError,
     ResponseError,
-    TryAgainError,
 )
+from .._sansio.errors import TimeoutError as RedisTimeoutError
 from .._sansio.options import ClientOptions
+from .._sansio.outcome import Outcome
 from .._sansio.replies import Callback, apply_callback
 from .._sansio.resp import CommandArg
+from .._sansio.retry import (
+    Ask,
+    Finish,
+    Redirect,
+    RetryState,
+    WaitForMoving,
+    classify,
+)
 from .._sansio.slots import NodeInfo, SlotMap, command_keys, key_slot, keys_slot
 from .._sansio.unset import UNSET, Unset
 from .node import Node, SlotMigrationHook
 from .pipeline import ClusterPipeline
 from .pubsub import ClusterPubSub
-from .redirects import READ_COMMANDS, REDIRECT_KINDS, backoff, command_name, redirect_target
+from .redirects import (
+    COUNTER_NAMES,
+    READ_COMMANDS,
+    cluster_policy,
+    command_name,
+    final_error,
+    target_node,
+)
 from .refresh import SMIGRATED_DEDUP_SIZE, SlotMapRefresh
 
 __all__ = ["SMIGRATED_DEDUP_SIZE", "RedisCluster", "open_redis_cluster"]
@@ -70,19 +83,25 @@ class RedisCluster(SlotMapRefresh, CommandsMixin[Awaitable[Any]]):
     (before sending) for multi-key commands whose keys are in different slots, and the
     last :class:`~trio_maint.MovedError`/:class:`~trio_maint.TryAgainError`/
     :class:`~trio_maint.ClusterDownError`/:class:`~trio_maint.ConnectionError` when the
-    redirection or retry budget (``max_redirects``, ``retry_timeout``) is spent.
+    redirection or retry budget (``max_redirects``, ``retry_timeout``) is spent (with
+    the reason as a note). What may have reached a node (a connection lost after the
+    write, a reply timeout) is raised at once, never resent: the retry policy is
+    :mod:`trio_maint._sansio.retry` (docs/cluster.md, "Redirections and retries").
 
     Attributes (see :func:`open_redis_cluster` for the options):
 
     * ``options``: the :class:`ClientOptions` shared by every node (host/port aside).
     * ``read_from_replicas`` (``bool``), ``max_redirects`` (``int``; from the third
       redirection on, each waits 10 ms doubling up to 250 ms for the nodes to settle),
-      ``retry_timeout`` and ``refresh_cooldown`` (seconds, ``float``).
+      ``retry_timeout`` and ``refresh_cooldown`` (seconds, ``float``). Setting
+      ``max_redirects`` or ``retry_timeout`` rebuilds ``retry_policy``, the
+      :class:`~trio_maint._sansio.retry.RetryPolicy` every command follows.
     * ``refreshes``: completed slot-map refreshes (``int``); ``smigrated_refreshes``:
       refreshes requested by ``SMIGRATED`` (``int``).
     * ``redirections``: a ``collections.Counter`` of what commands met: ``"moved"``,
       ``"ask"``, ``"tryagain"``, ``"clusterdown"``, ``"readonly"``, ``"connection"``
-      (retried lost connections) and ``"loading"``.
+      (connections that failed before the request was written) and ``"loading"``; a
+      pipeline counts each command, a transaction once.
     * ``last_refresh_error``: why the last refresh failed, or ``None``.
     """
 
@@ -100,8 +119,7 @@ class RedisCluster(SlotMapRefresh, CommandsMixin[Awaitable[Any]]):
         self.options = options
         self.startup_nodes = list(startup_nodes)
         self.read_from_replicas = read_from_replicas
-        self.max_redirects = max_redirects
-        self.retry_timeout = retry_timeout
+        self.retry_policy = cluster_policy(max_redirects, retry_timeout)
         self.refresh_cooldown = refresh_cooldown
         self._nursery = nursery
         self._nodes: dict[str, Node] = {}
@@ -123,6 +141,28 @@ class RedisCluster(SlotMapRefresh, CommandsMixin[Awaitable[Any]]):
 
     def __repr__(self) -> str:
         return f"<RedisCluster {len(self._map.masters)} masters, {len(self._nodes)} nodes>"
+
+    @property
+    def max_redirects(self) -> int:
+        """Most ``MOVED``/``ASK`` followed per command (``int``)."""
+        return self.retry_policy.max_redirects
+
+    @max_redirects.setter
+    def max_redirects(self, value: int) -> None:
+        self.retry_policy = cluster_policy(value, self.retry_timeout)
+
+    @property
+    def retry_timeout(self) -> float:
+        """Seconds (``float``) one command may keep retrying ``TRYAGAIN``, ``CLUSTERDOWN``,
+        a failed-over master's ``READONLY`` and connections that failed before the write,
+        from the first such failure."""
+        timeout = self.retry_policy.retry_timeout
+        assert timeout is not None  # a cluster policy always has one
+        return timeout
+
+    @retry_timeout.setter
+    def retry_timeout(self, value: float) -> None:
+        self.retry_policy = cluster_policy(self.max_redirects, value)
 
     # ---------------------------------------------------------------- nodes
 
@@ -241,13 +281,12 @@ class RedisCluster(SlotMapRefresh, CommandsMixin[Awaitable[Any]]):
         slot: int | None,
         timeout: float | Literal[Unset.UNSET] | None = UNSET,
     ) -> Any:
-        """Run one command where ``slot`` lives, following redirections and retrying as
-        the class docs say; returns the reply (error replies raised)."""
+        """Run one command where ``slot`` lives and return its reply (error replies
+        raised). A loop driven by the retry policy (``retry_policy``): the first attempt
+        allocates nothing for retries; only a retryable outcome creates the command's
+        :class:`RetryState`, whose decisions redirect, wait and resend, or raise."""
         read = self.read_from_replicas and command_name(args[0]) in READ_COMMANDS
-        redirects = 0
-        trail: list[str] = []
-        attempt = 0
-        deadline: float | None = None
+        state: RetryState | None = None
         ask_node: Node | None = None
         while True:
             if ask_node is not None:
@@ -259,74 +298,78 @@ class RedisCluster(SlotMapRefresh, CommandsMixin[Awaitable[Any]]):
             client = node.client
             assert client is not None
             pool = client.pool
+            asking, ask_node = ask_node is not None, None
             reply: Any
-            conn: Connection | None = None
             try:
                 conn = await pool.acquire_for_reply()
-                if ask_node is not None:
-                    replies = await conn.execute_many([("ASKING",), args], timeout=timeout)
-                    reply = replies[0] if isinstance(replies[0], RedisError) else replies[1]
-                elif replica and conn not in node.readonly:
-                    replies = await conn.execute_many([("READONLY",), args], timeout=timeout)
-                    if isinstance(replies[0], RedisError):
-                        raise replies[0]
-                    node.readonly.add(conn)
-                    reply = replies[1]
-                else:
-                    reply = await conn.execute(args, timeout=timeout)
-            except ConnectionError as exc:
-                if self._closed or (isinstance(exc, ConnectionClosedError) and pool.closed):
+            except (ConnectionError, RedisTimeoutError) as exc:
+                if self._closed:
                     raise
-                # The node may be down (a failover): refresh and retry within the budget.
-                reply = exc
-            finally:
-                if conn is not None:
+                # No connection, so the command was not written (whatever the dial wrote).
+                outcome = classify(exc, written=False)
+            else:
+                try:
+                    if asking:
+                        replies = await conn.execute_many([("ASKING",), args], timeout=timeout)
+                        reply = replies[1]  # the command's own reply decides
+                    elif replica and conn not in node.readonly:
+                        replies = await conn.execute_many([("READONLY",), args], timeout=timeout)
+                        if isinstance(replies[0], RedisError):
+                            raise replies[0]
+                        node.readonly.add(conn)
+                        reply = replies[1]
+                    else:
+                        reply = await conn.execute(args, timeout=timeout)
+                except ConnectionError as exc:
+                    if self._closed or exc.written:
+                        raise  # it may have run: never resent
+                    reply = exc
+                finally:
                     pool.release(conn)
-            ask_node = None
-            if not isinstance(reply, RedisError):
-                return reply
-            cls = reply.__class__
-            kind = REDIRECT_KINDS.get(cls)
-            if kind is None:
-                if not isinstance(reply, ConnectionError):
-                    raise reply
-                kind = "connection"
-            self.redirections[kind] += 1
-            if cls is MovedError or cls is AskError:
-                redirects += 1
-                trail.append(f"{node.name}: {reply}")
-                if redirects > self.max_redirects:
-                    reply.add_note("redirections followed: " + " -> ".join(trail))
-                    raise reply
-                if redirects > 2:
-                    # Nodes disagree for a moment (mid-migration): let them settle.
-                    self.request_refresh()
-                    await trio.sleep(backoff(redirects - 3))
-            if cls is MovedError:
-                moved_slot, target = redirect_target(reply)
-                self._map.set_master(moved_slot, target)
-                self.request_refresh()
-                if replica:
-                    read = False  # the replica does not serve it: ask the master
-                continue
-            if replica and cls is LoadingError:
-                read = False  # a replica still loading: read from the master
-                continue
-            if cls is AskError:
-                _slot, target = redirect_target(reply)
-                ask_node = await self._node(target)
-                continue
-            if cls is LoadingError:
-                raise reply  # a master loading: not a cluster condition to wait out here
-            now = trio.current_time()
-            if deadline is None:
-                deadline = now + self.retry_timeout
-            if now >= deadline:
-                raise reply
-            if cls is not TryAgainError:
-                self.request_refresh()
-            await trio.sleep(min(backoff(attempt), max(0.0, deadline - now)))
-            attempt += 1
+                if not isinstance(reply, RedisError):
+                    return reply
+                outcome = classify(reply)
+            if state is None:
+                state = RetryState(
+                    self.retry_policy, deadline=caller_deadline(), replica_reads=read
+                )
+            step = await self._follow(state, outcome, node, replica)
+            if isinstance(step, Finish):
+                raise final_error(outcome, step, node.name)
+            ask_node = step
+            read = state.replica_reads  # False once a replica could not serve it
+
+    async def _follow(
+        self, state: RetryState, outcome: Outcome, node: Node, replica: bool
+    ) -> Finish | Node | None:
+        """Count ``outcome`` (met on ``node``; ``replica``: the node served as a replica),
+        ask the policy (``state``) and carry out its decision: update the map
+        (``MOVED``), ask for a refresh, wait the decision's delay.
+
+        :returns: the :class:`Finish` (the caller gives the error to its caller), the node
+            of an ``ASK`` (send ``ASKING`` and the operation there), or ``None`` (send it
+            again, routed by its slot).
+        """
+        counter = COUNTER_NAMES.get(outcome.kind)
+        if counter is not None:
+            self.redirections[counter] += 1
+        decision = state.decide(outcome, trio.current_time(), replica=replica)
+        if isinstance(decision, WaitForMoving):  # pragma: no cover - not asked in a cluster
+            decision = state.decide_after_wait(
+                outcome, trio.current_time(), moving=False, replica=replica
+            )
+        if isinstance(decision, Finish):
+            return decision
+        ask_node: Node | None = None
+        if isinstance(decision, Redirect):
+            self._map.set_master(decision.target.slot, target_node(decision.target, node.info.host))
+        elif isinstance(decision, Ask):
+            ask_node = await self._node(target_node(decision.target, node.info.host))
+        if decision.refresh:
+            self.request_refresh()
+        if decision.delay:
+            await trio.sleep(decision.delay)
+        return ask_node
 
     async def _on_all_masters(self, args: tuple[CommandArg, ...]) -> list[Any]:
         if not self._map.masters:

@@ -1,33 +1,44 @@
 """Cluster pipelines: :class:`ClusterPipeline` (commands split by node, replies put back in
-order, redirections retried) and transactions in one slot (:func:`keys_slot_of`)."""
+order, what the retry policy allows resent in order) and transactions in one slot
+(:func:`keys_slot_of`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
 
 import trio
 
+from .._client.pipeline import caller_deadline
 from .._net.groups import unwrap_group
 from .._sansio.commands import CommandsMixin
 from .._sansio.errors import (
-    AskError,
     ClusterDownError,
     ConnectionError,
     CrossSlotError,
     ExecAbortError,
-    MovedError,
+    ProtocolError,
     RedisError,
     ResponseError,
-    TryAgainError,
     WatchError,
 )
+from .._sansio.errors import TimeoutError as RedisTimeoutError
 from .._sansio.replies import Callback, apply_callback
+from .._sansio.resend import PipelineRetry
 from .._sansio.resp import CommandArg
+from .._sansio.retry import (
+    Ask,
+    Finish,
+    Redirect,
+    Retry,
+    RetryState,
+    classify,
+    classify_transaction,
+)
 from .._sansio.unset import UNSET, Unset
 from .node import Node
-from .redirects import REDIRECT_KINDS, backoff, redirect_target
+from .redirects import COUNTER_NAMES, final_error, target_node
 
 if TYPE_CHECKING:
     from .client import RedisCluster
@@ -39,11 +50,14 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
     """Commands queued locally, sent per node in one write each (concurrently), replies
     returned in the order queued. Get one from :meth:`RedisCluster.pipeline`.
 
-    A command answered with ``MOVED``/``ASK``/``TRYAGAIN``/``CLUSTERDOWN`` (or whose node
-    was lost) is run again on its own through the client's redirect handling. With
+    The commands the retry policy says did not run (answered ``MOVED``, ``ASK``,
+    ``TRYAGAIN``, ``CLUSTERDOWN``, a failed-over master's ``READONLY``, or whose node's
+    connection failed before the write) are sent again, in the order queued: one write
+    per node and round, one node after the other. A command whose connection failed
+    after the write may have run: never resent, its error is its reply. With
     ``transaction=True`` every key must be in one slot: the commands run in
-    ``MULTI``/``EXEC`` on its master (retried as a whole after ``MOVED``/``ASK``, which
-    abort the transaction before anything ran). ``WATCH`` is not supported.
+    ``MULTI``/``EXEC`` on its master, resent whole after a redirection or refusal that
+    aborted the transaction before anything ran. ``WATCH`` is not supported.
     """
 
     def __init__(self, cluster: RedisCluster, transaction: bool = False) -> None:
@@ -97,6 +111,9 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
             pipeline) spans slots; nothing was sent.
         :raises WatchError: never (no WATCH); :raises ResponseError: with
             ``raise_on_error``, the first failed command.
+        :raises ConnectionError, TimeoutError: with ``raise_on_error``, the first command
+            whose connection failed after the write (it may have run; without
+            ``raise_on_error`` the error is in its place); a transaction raises it always.
         """
         stack, self._stack = self._stack, []
         if not stack:
@@ -126,10 +143,36 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
                     raise result
         return results
 
+    async def _send(
+        self, node: Node, commands: list[tuple[CommandArg, ...]]
+    ) -> tuple[list[Any] | RedisError, bool | None]:
+        """One write of ``commands`` to ``node``: ``(replies, None)``, or ``(the transport
+        error, written)`` where ``written`` is ``False`` when the pool's acquisition
+        failed (nothing was written) and ``None`` otherwise (the error's own flag says).
+        Errors of a closed cluster client are raised."""
+        cluster = self._cluster
+        assert node.client is not None
+        pool = node.client.pool
+        try:
+            conn = await pool.acquire_for_reply()
+        except (ConnectionError, RedisTimeoutError) as exc:
+            if cluster.closed:
+                raise
+            return exc, False
+        try:
+            return await conn.execute_many(commands), None
+        except (ConnectionError, RedisTimeoutError, ProtocolError) as exc:
+            if cluster.closed:
+                raise
+            return exc, None
+        finally:
+            pool.release(conn)
+
     async def _execute_pipeline(
         self, stack: list[tuple[tuple[CommandArg, ...], Callback | None]], slots: list[int | None]
     ) -> list[Any]:
         cluster = self._cluster
+        commands = [args for args, _cb in stack]
         groups: dict[str, tuple[Node, list[int]]] = {}
         for index, slot in enumerate(slots):
             node = cluster._master_now(slot)
@@ -140,105 +183,170 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
                 groups[node.name] = group = (node, [])
             group[1].append(index)
         replies: list[Any] = [None] * len(stack)
-        retry: list[int] = []
+        first: list[_Write] = []
+        clean = True
 
         async def send(node: Node, indexes: list[int]) -> None:
-            assert node.client is not None
-            pool = node.client.pool
-            try:
-                conn = await pool.acquire_for_reply()
-                try:
-                    got = await conn.execute_many([stack[i][0] for i in indexes])
-                finally:
-                    pool.release(conn)
-            except ConnectionError:
-                if cluster.closed:
-                    raise
-                retry.extend(indexes)
+            nonlocal clean
+            got, written = await self._send(node, [commands[i] for i in indexes])
+            first.append((node, indexes, got, written))
+            if not isinstance(got, list):
+                clean = False
                 return
             for i, reply in zip(indexes, got, strict=True):
-                if isinstance(reply, MovedError | AskError | TryAgainError | ClusterDownError):
-                    retry.append(i)
-                else:
-                    replies[i] = reply
+                if isinstance(reply, RedisError):
+                    clean = False
+                replies[i] = reply
 
-        async def again(i: int) -> None:
+        if len(groups) == 1:
+            ((node, indexes),) = groups.values()
+            await send(node, indexes)
+        else:
             try:
-                replies[i] = await cluster._execute(stack[i][0], slots[i])
-            except ResponseError as exc:
-                replies[i] = exc
-
-        try:
-            async with trio.open_nursery() as nursery:
-                for node, indexes in groups.values():
-                    nursery.start_soon(send, node, indexes)
-            if retry:
                 async with trio.open_nursery() as nursery:
-                    for i in sorted(retry):
-                        nursery.start_soon(again, i)
-        except BaseExceptionGroup as group:
-            raise unwrap_group(group) from None
-        return replies
+                    for node, indexes in groups.values():
+                        nursery.start_soon(send, node, indexes)
+            except BaseExceptionGroup as group:
+                raise unwrap_group(group) from None
+        if clean:
+            return replies
+        return await self._resend(commands, slots, first)
+
+    async def _resend(
+        self, commands: list[tuple[CommandArg, ...]], slots: list[int | None], first: list[_Write]
+    ) -> list[Any]:
+        """The slow path of a pipeline (:class:`PipelineRetry`): record the first round,
+        then send again what the policy allows, round after round: one write per node,
+        one node after the other, each in the order queued. Returns every command's
+        reply or error (what may have run keeps its transport error as its reply)."""
+        cluster = self._cluster
+        tracker = PipelineRetry(cluster.retry_policy, len(commands), deadline=caller_deadline())
+        sent_to: dict[int, Node] = {}
+        for write in first:
+            self._record(tracker, write, sent_to)
+        while not tracker.done:
+            if tracker.moving_wait() is not None:  # pragma: no cover - not in a cluster
+                tracker.resolve_moving(False, trio.current_time())
+                continue
+            resends = tracker.resends()
+            for index, decision in resends:  # MOVED first: the others route by the map
+                if isinstance(decision, Redirect):
+                    info = target_node(decision.target, sent_to[index].info.host)
+                    cluster._map.set_master(decision.target.slot, info)
+            nodes: dict[Hashable, Node] = {}
+            targets: dict[int, str | None] = {}
+            for index, decision in resends:
+                node = await self._resend_node(index, decision, slots[index], sent_to)
+                targets[index] = None if node is None else node.name
+                if node is not None:
+                    nodes[node.name] = node
+            plan = tracker.plan(targets)
+            if any(group.refresh for group in plan):
+                cluster.request_refresh()
+            delay = max(group.delay for group in plan)
+            if delay:
+                await trio.sleep(delay)
+            for group in plan:  # one write per node, one after the other, in order
+                indexes = list(group.indexes)
+                node = nodes.get(group.target)
+                if node is None:  # no node serves the slot in the map (after a refresh)
+                    unserved = ClusterDownError("CLUSTERDOWN Hash slot not served")
+                    self._record(
+                        tracker,
+                        (sent_to[indexes[0]], indexes, [unserved] * len(indexes), None),
+                        sent_to,
+                    )
+                    continue
+                got, written = await self._send(node, group.commands(commands, ("ASKING",)))
+                if isinstance(got, list):
+                    got = group.replies(got)
+                self._record(tracker, (node, indexes, got, written), sent_to)
+        return tracker.results()
+
+    async def _resend_node(
+        self,
+        index: int,
+        decision: Retry | Redirect | Ask,
+        slot: int | None,
+        sent_to: dict[int, Node],
+    ) -> Node | None:
+        """Where command ``index`` goes next: the node of an ``ASK``, else the master of
+        its slot (``None`` when no node serves it, even after a refresh)."""
+        cluster = self._cluster
+        if isinstance(decision, Ask):
+            return await cluster._node(target_node(decision.target, sent_to[index].info.host))
+        node = cluster._master_now(slot)
+        if node is not None:
+            return node
+        try:
+            node, _replica = await cluster._route(slot, False)
+        except ClusterDownError:
+            return None
+        return node
+
+    def _record(self, tracker: PipelineRetry, write: _Write, sent_to: dict[int, Node]) -> None:
+        """Record one write's result in ``tracker`` and count what it met."""
+        node, indexes, got, written = write
+        for index in indexes:
+            sent_to[index] = node
+        now = trio.current_time()
+        counters = self._cluster.redirections
+        if isinstance(got, list):
+            tracker.record(indexes, got, now)
+            kinds = [classify(reply).kind for reply in got if isinstance(reply, RedisError)]
+        else:
+            tracker.record(indexes, got, now, written=written)
+            kinds = [classify(got, written=written).kind] * len(indexes)
+        for kind in kinds:
+            counter = COUNTER_NAMES.get(kind)
+            if counter is not None:
+                counters[counter] += 1
 
     async def _execute_transaction(
         self, stack: list[tuple[tuple[CommandArg, ...], Callback | None]], slots: list[int | None]
     ) -> list[Any]:
+        """``MULTI``/commands/``EXEC`` on the slot's master; resent whole while the policy
+        says the transaction did not run (redirected, refused while queueing, its
+        connection failed before the write)."""
         cluster = self._cluster
         slot = keys_slot_of(slots)
         commands: list[tuple[CommandArg, ...]] = [("MULTI",), *[a for a, _ in stack], ("EXEC",)]
+        state: RetryState | None = None
         ask_node: Node | None = None
-        attempt = 0
-        deadline = trio.current_time() + cluster.retry_timeout
         while True:
             if ask_node is not None:
                 node, to_send = ask_node, [("ASKING",), *commands]
             else:
-                node, _replica = await cluster._route(slot, False)
+                routed = cluster._master_now(slot)
+                node = routed or (await cluster._route(slot, False))[0]
                 to_send = commands
-            ask_node = None
-            assert node.client is not None
-            pool = node.client.pool
-            conn = await pool.acquire_for_reply()
-            try:
-                got = await conn.execute_many(to_send)
-            finally:
-                pool.release(conn)
-            if to_send is not commands:
-                got = got[1:]
-            queued, exec_reply = got[1:-1], got[-1]
-            if isinstance(got[0], RedisError):
-                raise got[0]
-            redirect: ResponseError | None = next(
-                (r for r in queued if isinstance(r, MovedError | AskError | TryAgainError)), None
-            )
-            if redirect is None and isinstance(exec_reply, ResponseError):
-                redirect = exec_reply if isinstance(exec_reply, ClusterDownError) else None
-            if redirect is not None:
-                cluster.redirections[REDIRECT_KINDS[type(redirect)]] += 1
-                attempt += 1
-                if attempt > cluster.max_redirects or trio.current_time() > deadline:
-                    raise redirect
-                if isinstance(redirect, MovedError):
-                    moved_slot, target = redirect_target(redirect)
-                    cluster._map.set_master(moved_slot, target)
-                    cluster.request_refresh()
-                elif isinstance(redirect, AskError):
-                    _slot, target = redirect_target(redirect)
-                    ask_node = await cluster._node(target)
-                else:
-                    await trio.sleep(backoff(attempt))
-                continue
-            if isinstance(exec_reply, ExecAbortError | ResponseError):
-                for index, reply in enumerate(queued):
-                    if isinstance(reply, ResponseError):
-                        reply.add_note(f"command #{index + 1} in the transaction")
-                        raise reply
-                raise exec_reply
-            if exec_reply is None:
-                raise WatchError("the transaction was not executed")
-            if not isinstance(exec_reply, list) or len(exec_reply) != len(stack):
-                raise ResponseError(f"unexpected EXEC reply: {exec_reply!r:.200}")
-            return exec_reply
+            got, written = await self._send(node, to_send)
+            if isinstance(got, list):
+                if to_send is not commands:
+                    got = got[1:]  # the transaction's own replies decide, not ASKING's
+                if isinstance(got[-1], list) and not isinstance(got[0], RedisError):
+                    return _transaction_replies(got, len(stack))  # it ran
+                outcome = classify_transaction(got)
+            else:
+                outcome = classify(got, written=written)
+            if state is None:
+                state = RetryState(cluster.retry_policy, deadline=caller_deadline())
+            step = await cluster._follow(state, outcome, node, False)
+            if isinstance(step, Finish):
+                if not isinstance(got, list):
+                    raise final_error(outcome, step, node.name)
+                try:
+                    return _transaction_replies(got, len(stack))
+                except RedisError as exc:
+                    if step.reason and outcome.kind.proves_not_run:
+                        exc.add_note(f"{node.name}: {step.reason}")
+                    raise
+            ask_node = step
+
+
+#: One write of a pipeline: the node, the commands' indexes, the replies or the
+#: transport error, and the error's ``written`` (see :meth:`ClusterPipeline._send`).
+_Write: TypeAlias = tuple[Node, list[int], list[Any] | RedisError, bool | None]
 
 
 def keys_slot_of(slots: Sequence[int | None]) -> int | None:
@@ -258,3 +366,23 @@ def keys_slot_of(slots: Sequence[int | None]) -> int | None:
                 f"{slot}); use a hash tag"
             )
     return found
+
+
+def _transaction_replies(got: list[Any], size: int) -> list[Any]:
+    """The ``EXEC`` results of a transaction's replies ``[MULTI, queued..., EXEC]``, or
+    its error raised: ``MULTI``'s, the first queued command's, ``EXEC``'s, or
+    :class:`WatchError` for a nil ``EXEC``."""
+    queued, exec_reply = got[1:-1], got[-1]
+    if isinstance(got[0], RedisError):
+        raise got[0]
+    if isinstance(exec_reply, ExecAbortError | ResponseError):
+        for index, reply in enumerate(queued):
+            if isinstance(reply, ResponseError):
+                reply.add_note(f"command #{index + 1} in the transaction")
+                raise reply
+        raise exec_reply
+    if exec_reply is None:
+        raise WatchError("the transaction was not executed")
+    if not isinstance(exec_reply, list) or len(exec_reply) != size:
+        raise ResponseError(f"unexpected EXEC reply: {exec_reply!r:.200}")
+    return exec_reply

@@ -31,6 +31,7 @@ from .._sansio.errors import (
     RedisError,
     ResponseError,
     TimeoutError,
+    not_written,
 )
 from .._sansio.options import ClientOptions
 from .._sansio.resp import (
@@ -262,9 +263,11 @@ class Connection(StreamIO):
             )
         stream = self._stream
         if stream is None or self.closed:
-            raise ConnectionClosedError(f"connection {self.id} is closed")
+            raise not_written(ConnectionClosedError(f"connection {self.id} is closed"))
         if self.broken:
-            raise ConnectionError(f"connection {self.id} is broken and cannot be reused")
+            raise not_written(
+                ConnectionError(f"connection {self.id} is broken and cannot be reused")
+            )
         return stream
 
     async def execute(
@@ -281,6 +284,10 @@ class Connection(StreamIO):
         :raises DataError: an argument cannot be encoded (nothing was sent).
         :raises ConnectionBusyError: another task is using this connection.
         :raises ConnectionError, TimeoutError, ProtocolError: the connection is then broken.
+            A ``ConnectionError``'s ``written`` flag is ``False`` only when provably no
+            byte of the command was handed to the kernel (the connection was already
+            closed or broken, or the first write failed at once): only then may the
+            command be sent again (docs/maintenance.md, "What is sent again").
         """
         try:
             data = encode_command(args)
@@ -351,9 +358,9 @@ class Connection(StreamIO):
             raise ConnectionBusyError(f"connection {self.id} is already sending")
         stream = self._stream
         if stream is None or self.closed:
-            raise ConnectionClosedError(f"connection {self.id} is closed")
+            raise not_written(ConnectionClosedError(f"connection {self.id} is closed"))
         if self.broken:
-            raise ConnectionError(f"connection {self.id} is broken")
+            raise not_written(ConnectionError(f"connection {self.id} is broken"))
         self._sending = True
         try:
             await self._send(stream, data, self._configured_timeout(timeout))

@@ -26,6 +26,7 @@ from .._sansio.errors import (
     DataError,
     RedisError,
     TimeoutError,
+    not_written,
 )
 from .._sansio.options import ClientOptions
 from .._sansio.resp import NEED_DATA, PushNotification, RespParser, RespValue
@@ -117,6 +118,14 @@ class StreamIO:
         *,
         reply_follows: bool = False,
     ) -> None:
+        """Write ``data`` under the write deadline of ``configured`` seconds.
+
+        :raises ConnectionError, ConnectionClosedError: the write failed; its ``written``
+            flag is ``False`` when provably no byte was handed to the kernel (the fast
+            path's first ``os.write`` failed, or the socket was already closed).
+        :raises TimeoutError: the write deadline passed (some bytes may have been written).
+        """
+        written = True
         try:
             if reply_follows and type(stream) is trio.SocketStream:
                 # Fast path (plain sockets, before reading a reply): a command almost
@@ -125,6 +134,7 @@ class StreamIO:
                 # below. Not a schedule point itself: the reply's receive that follows
                 # always is one (and a cancelled caller writes nothing).
                 await trio.lowlevel.checkpoint_if_cancelled()
+                written = False  # until os.write accepts a byte (or send_all may have)
                 fd = stream.socket.fileno()
                 if fd < 0:
                     raise trio.ClosedResourceError
@@ -134,6 +144,7 @@ class StreamIO:
                     sent = 0
                 if sent == len(data):
                     return
+                written = True
                 data = data[sent:]
             deadline = self._deadline(configured)
             if deadline == _INF:
@@ -149,12 +160,14 @@ class StreamIO:
             # The fast path's failed write was no schedule point (see
             # connection._unsent_checkpoint).
             await trio.lowlevel.cancel_shielded_checkpoint()
-            raise ConnectionError(
+            lost = ConnectionError(
                 f"lost connection to {self.endpoint_text}: {describe_error(exc)}"
-            ) from exc
+            )
+            raise (lost if written else not_written(lost)) from exc
         except trio.ClosedResourceError as exc:
             await trio.lowlevel.cancel_shielded_checkpoint()
-            raise ConnectionClosedError(f"connection {self.id} was closed") from exc
+            closed = ConnectionClosedError(f"connection {self.id} was closed")
+            raise (closed if written else not_written(closed)) from exc
 
     def _next_parsed(self) -> RespValue:
         # RespParser.next_reply, inlined (one Python frame less per reply).

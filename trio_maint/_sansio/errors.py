@@ -8,6 +8,7 @@ Every error the public API raises derives from :class:`RedisError`, apart from
 from __future__ import annotations
 
 import builtins
+from typing import TypeVar
 
 __all__ = [
     "AskError",
@@ -41,6 +42,8 @@ __all__ = [
     "TryAgainError",
     "WatchError",
     "WrongTypeError",
+    "not_written",
+    "request_written",
     "response_error",
 ]
 
@@ -54,7 +57,17 @@ class ConnectionError(RedisError):
 
     Raised when dialing fails (refused, unreachable, TLS failure), when the server closes
     the connection, or when the handshake is refused. The connection concerned is discarded.
+
+    ``written`` (``bool``, default ``True``): whether any byte of the request may have been
+    handed to the kernel, so the server may have run it. The connection sets it to
+    ``False`` only when that is proven (the connection was already closed or broken, or
+    the first write of the request failed with nothing accepted); the clients then resend
+    the request (:mod:`trio_maint._sansio.retry`, docs/maintenance.md). ``True`` is the
+    safe reading: such a request is never resent.
     """
+
+    #: Whether any byte of the request may have reached the kernel (``bool``); see above.
+    written: bool = True
 
 
 class ConnectionClosedError(ConnectionError):
@@ -177,6 +190,25 @@ class MovedError(ResponseError):
 
 class AskError(ResponseError):
     """A cluster redirection for one request (``ASK slot host:port``)."""
+
+
+_CE = TypeVar("_CE", bound=ConnectionError)
+
+
+def not_written(error: _CE) -> _CE:
+    """Mark a :class:`ConnectionError` as raised before any byte of the request was handed
+    to the kernel (sets its ``written`` flag to ``False``) and return it:
+    ``raise not_written(ConnectionError(...))``. Only for what provably did not reach the
+    server."""
+    error.written = False
+    return error
+
+
+def request_written(error: BaseException) -> bool:
+    """Whether the request whose attempt raised ``error`` may have been written (``bool``):
+    the error's ``written`` flag (see :class:`ConnectionError`), ``True`` for an error
+    without one."""
+    return getattr(error, "written", True) is not False
 
 
 _PREFIXES: dict[str, type[ResponseError]] = {
