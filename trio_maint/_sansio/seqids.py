@@ -12,11 +12,13 @@ endpoint has completed: once that MOVING's ``time`` has run out. See docs/mainte
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Final
+from typing import Final, TypeVar
 
 from .endpoint import Endpoint
 
 __all__ = ["MAX_SOURCES", "MovingSeqIds"]
+
+_V = TypeVar("_V", int, float)
 
 #: Most endpoints remembered, as sources and as move targets (``int``), least recently
 #: used dropped first: a stream of MOVINGs to distinct endpoints stays bounded.
@@ -58,7 +60,7 @@ class MovingSeqIds:
         return len(self._latest)
 
 
-def _put(table: OrderedDict[Endpoint, float], key: Endpoint, value: float, cap: int) -> None:
+def _put(table: OrderedDict[Endpoint, _V], key: Endpoint, value: _V, cap: int) -> None:
     table[key] = value
     table.move_to_end(key)
     while len(table) > cap:
