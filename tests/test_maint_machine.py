@@ -217,7 +217,7 @@ def test_readonly_expedites_null_endpoint_handoffs() -> None:
     m = machine()
     idle, busy = pool(m, idle=1, borrowed=1)
     m.notification(busy, Moving(7, 10.0, None), 0.0)
-    verdict, actions = m.readonly(busy, 0.5)
+    verdict, actions = m.readonly(busy, A, 0.5)
     assert verdict is ReadonlyVerdict.RETRY
     assert sorted(a.conn_id for a in of(actions, TakeIdle)) == sorted([idle, busy])
     assert m.released(busy, 0.6)[0] is Verdict.TAKEN
@@ -226,10 +226,22 @@ def test_readonly_expedites_null_endpoint_handoffs() -> None:
 def test_readonly_without_moving_waits_then_raises() -> None:
     m = machine()
     [cid] = pool(m, borrowed=1)
-    assert m.readonly(cid, 0.0)[0] is ReadonlyVerdict.WAIT
-    assert m.readonly(cid, 1.0, waited=True)[0] is ReadonlyVerdict.RAISE
+    assert m.readonly(cid, A, 0.0)[0] is ReadonlyVerdict.WAIT
+    assert m.readonly(cid, A, 1.0, waited=True)[0] is ReadonlyVerdict.RAISE
     m.notification(cid, Moving(1, 10.0, B), 1.0)
-    assert m.readonly(cid, 1.1, waited=True)[0] is ReadonlyVerdict.RETRY
+    assert m.readonly(cid, A, 1.1, waited=True)[0] is ReadonlyVerdict.RETRY
+
+
+def test_readonly_on_a_connection_already_closed_asks_about_its_endpoint() -> None:
+    """The pool may close the refused connection before the retry policy asks (its idle
+    list was full): the endpoint it talked to still says whether it is moving."""
+    m = machine()
+    reader, refused = pool(m, borrowed=2)
+    m.removed(refused)
+    assert m.readonly(refused, A, 0.0)[0] is ReadonlyVerdict.WAIT
+    m.notification(reader, Moving(1, 10.0, B), 0.5)
+    assert m.readonly(refused, A, 0.6, waited=True)[0] is ReadonlyVerdict.RETRY
+    assert m.readonly(refused, C, 0.6, waited=True)[0] is ReadonlyVerdict.RAISE
 
 
 # ---------------------------------------------------------------------- failures
@@ -352,7 +364,7 @@ def test_a_connection_is_paced_after_a_burst_of_handoffs() -> None:
     assert ScheduleTimer(0.1 + HANDOFF_PACING) in actions
     assert kept(m.released(cid, 0.5))
     # A READONLY from the old endpoint (it refuses writes already) starts it at once.
-    verdict, expedited = m.readonly(cid, 0.6)
+    verdict, expedited = m.readonly(cid, C, 0.6)
     assert verdict is ReadonlyVerdict.RETRY and TakeIdle(cid) in expedited
     assert StartHandoff(cid, A, 1) in m.claimed(cid, True, 0.6)
 
@@ -661,7 +673,9 @@ class MachineModel(RuleBasedStateMachine):
     @rule(data=st.data(), waited=st.booleans())
     def readonly(self, data: st.DataObject, waited: bool) -> None:
         cid = data.draw(st.sampled_from(self.ids("borrowed")))
-        _verdict, actions = self.m.readonly(cid, self.now, waited=waited)
+        record = self.m.record(cid)
+        assert record is not None
+        _verdict, actions = self.m.readonly(cid, record.endpoint, self.now, waited=waited)
         self.run(actions)
 
     # -- invariants ----------------------------------------------------------------------

@@ -550,7 +550,8 @@ class MaintenanceHandler:
         if not self.config.enabled or self._closed or not conn.maint_enabled:
             await trio.lowlevel.checkpoint()
             return False
-        verdict, actions = self.machine.readonly(conn.id, trio.current_time())
+        endpoint = Endpoint(conn.unix_path or conn.host, conn.port)
+        verdict, actions = self.machine.readonly(conn.id, endpoint, trio.current_time())
         self._carry_out(actions)
         if verdict is ReadonlyVerdict.WAIT:
             if self._moved is None:
@@ -558,7 +559,8 @@ class MaintenanceHandler:
             moved = self._moved
             with trio.move_on_after(READONLY_MOVING_GRACE):
                 await moved.wait()
-            verdict, actions = self.machine.readonly(conn.id, trio.current_time(), waited=True)
+            now = trio.current_time()
+            verdict, actions = self.machine.readonly(conn.id, endpoint, now, waited=True)
             self._carry_out(actions)
         else:
             await trio.lowlevel.checkpoint()

@@ -557,24 +557,26 @@ class MaintenanceMachine:
     # ------------------------------------------------------------------------ READONLY
 
     def readonly(
-        self, conn_id: int, now: float, *, waited: bool = False
+        self, conn_id: int, endpoint: Endpoint, now: float, *, waited: bool = False
     ) -> tuple[ReadonlyVerdict, list[Action]]:
-        """A write on ``conn_id`` was refused with ``READONLY`` (so it did not run).
+        """A write on ``conn_id``, talking to ``endpoint``, was refused with ``READONLY``
+        (so it did not run). The connection may be gone already (the pool closes what it
+        cannot keep idle).
 
         ``RETRY`` when the endpoint is moving: the connection is marked for a handoff, or
-        it is on the source of a MOVING whose ``time`` has not run out. Handoffs not due
-        yet (null endpoint, pacing) are then started at once, since the old node no
+        ``endpoint`` is the source of a MOVING whose ``time`` has not run out. Handoffs not
+        due yet (null endpoint, pacing) are then started at once, since the old node no
         longer takes writes. Otherwise ``WAIT`` (the shell waits for :class:`MovingSeen`,
         then asks again with ``waited=True``) or ``RAISE``.
         """
         rec = self._conns.get(conn_id)
         actions: list[Action] = []
-        if rec is None or self.closed:
+        if self.closed:
             return ReadonlyVerdict.RAISE, actions
         last = self._last
-        moving = rec.mark is not None or rec.phase in _HANDED
+        moving = rec is not None and (rec.mark is not None or rec.phase in _HANDED)
         if not moving and last is not None and now < last.deadline:
-            moving = rec.endpoint == last.source
+            moving = endpoint == last.source
         if not moving:
             return (ReadonlyVerdict.RAISE if waited else ReadonlyVerdict.WAIT), actions
         for other in list(self._conns.values()):
