@@ -85,19 +85,7 @@ class Redis(CommandsMixin[Awaitable[Any]]):
             discarded (after the retries of the class docs).
         :raises PoolTimeoutError: no connection became free within ``pool_timeout``.
         """
-        pool = self.pool
-        conn = await pool.acquire_for_reply()
-        try:
-            reply = await conn.execute(args, timeout=timeout)
-        except ConnectionError as exc:
-            if exc.written:
-                raise
-            reply = exc  # nothing was written: the retry policy decides
-        finally:
-            pool.release(conn)
-        if isinstance(reply, RedisError):
-            return await self._retry(args, timeout, reply, conn)
-        return reply
+        return await self._command(args, timeout=timeout)
 
     async def _command(
         self,
