@@ -14,31 +14,27 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
-import attrs
 import trio
 
 from .._net.connection import Connection, PushHandler
 from .._net.groups import unwrap_group
 from .._net.pool import ConnectionPool, Disposition
-from .._net.stream import open_stream
 from .._sansio.breaker import BreakerStats
 from .._sansio.config import MaintConfig, MaintMode
 from .._sansio.endpoint import Endpoint, EndpointType, detect_endpoint_type
 from .._sansio.errors import (
     CircuitBreakerOpenError,
     ConnectionClosedError,
-    ConnectionError,
     HandoffDialError,
     HandoffQueueFullError,
     MaintenanceNotSupportedError,
     RedisError,
 )
-from .._sansio.errors import TimeoutError as RedisTimeoutError
 from .._sansio.events import (
     MalformedNotification,
     NotificationReceived,
@@ -64,6 +60,7 @@ from .._sansio.maint_types import (
 )
 from .._sansio.notifications import Malformed, Notification, parse_notification
 from .._sansio.options import ClientOptions
+from .dialer import Dialer
 from .events import DEFAULT_EVENT_BUFFER, EventHub, EventStream, MaintenanceState
 from .hooks import NotificationHook
 from .link import PubSubLink
@@ -76,8 +73,6 @@ logger = logging.getLogger("trio_maint.maintenance")
 #: Seconds (``float``) a write refused with ``READONLY`` waits for a MOVING before the
 #: error is raised (the old endpoint of a move turns read-only just before MOVING).
 READONLY_MOVING_GRACE: Final = 1.0
-#: Per-endpoint client options kept (``int``): one per endpoint dialed recently.
-_OPTIONS_CACHE: Final = 32
 
 #: What the HandoffManager hands off: a pooled connection or a pub/sub link.
 _Item = Connection | PubSubLink
@@ -120,7 +115,13 @@ class MaintenanceHandler:
             max_active_conns=options.max_active_conns,
         )
         self.manager: HandoffManager[_Item] | None = None
-        self._options: OrderedDict[Endpoint, ClientOptions] = OrderedDict({configured: options})
+        self._dialer = Dialer(
+            options,
+            self.machine if config.enabled else None,
+            configured,
+            push_handler=self.push_handler if config.enabled else None,
+            handshake_hook=self.handshake_hook if config.enabled else None,
+        )
         self._pool: ConnectionPool | None = None
         self._links: dict[int, PubSubLink] = {}
         self._link_ids = itertools.count(-1, -1)
@@ -191,57 +192,8 @@ class MaintenanceHandler:
 
     # ----------------------------------------------------------------------- dialing
 
-    def _options_for(self, endpoint: Endpoint) -> ClientOptions:
-        opts = self._options.get(endpoint)
-        if opts is None:
-            opts = attrs.evolve(
-                self.options, host=endpoint.host, port=endpoint.port, unix_path=None
-            )
-            self._options[endpoint] = opts
-            while len(self._options) > _OPTIONS_CACHE:
-                self._options.popitem(last=False)
-            self._options.move_to_end(self.configured, last=False)
-        return opts
-
-    def _new_connection(self, endpoint: Endpoint, push: PushHandler | None = None) -> Connection:
-        return Connection(
-            self._options_for(endpoint),
-            push_handler=push or self.push_handler_or_none,
-            handshake_hook=self.handshake_hook if self.config.enabled else None,
-        )
-
     async def _connect(self, push: PushHandler | None = None) -> tuple[Connection, Endpoint, bool]:
-        """A connected, handshaken connection to the dial target (the configured endpoint
-        while the target's breaker refuses, or when the target cannot be reached):
-        ``(conn, endpoint, fell_back)``."""
-        machine = self.machine
-        target = machine.dial_target(trio.current_time()) if self.config.enabled else None
-        fell_back = False
-        if target is not None and target != self.configured:
-            conn = self._new_connection(target, push)
-            try:
-                await conn.connect()
-            except BaseException as exc:
-                reachable = isinstance(exc, ConnectionError | RedisError)
-                machine.dial_result(target, False if reachable else None, trio.current_time())
-                if not isinstance(exc, ConnectionError | RedisTimeoutError) or isinstance(
-                    exc, MaintenanceNotSupportedError
-                ):
-                    raise
-                logger.warning(
-                    "cannot connect to the new endpoint %s (%s); using %s",
-                    target,
-                    exc,
-                    self.options.address_text,
-                    extra={"event": "moving_target_unreachable", "endpoint": str(target)},
-                )
-                fell_back = True
-            else:
-                machine.dial_result(target, True, trio.current_time())
-                return conn, target, False
-        conn = self._new_connection(self.configured, push)
-        await conn.connect()
-        return conn, self.configured, fell_back
+        return await self._dialer.connect(push)
 
     async def dial(self) -> Connection:
         """The pool's dialer: a connected, handshaken
@@ -495,28 +447,16 @@ class MaintenanceHandler:
         if target is None:
             raise CircuitBreakerOpenError(f"circuit breaker for {endpoint} is open")
         push = item.push if isinstance(item, PubSubLink) else None
-        opts = self._options_for(target)
-        timeout = opts.connect_timeout
+        new = await self._dialer.connect_for_handoff(target, push)
         try:
-            with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
-                stream = await open_stream(opts, unix_path=opts.unix_path)
-        except ConnectionError as exc:
-            raise HandoffDialError(f"cannot reach {target}: {exc}") from exc
-        if scope.cancelled_caught:
-            raise HandoffDialError(f"dialing {target} took longer than {timeout} s")
-        new = self._new_connection(target, push)
-        if isinstance(item, PubSubLink):
-            try:
-                await new.connect(stream)
-                await item.adopt(new)
-            except BaseException:
-                new.close_nowait()
-                raise
-            return
-        try:
-            await new.connect(stream)
-            item.adopt_stream_of(new)
-        finally:
+            if isinstance(item, PubSubLink):
+                await item.adopt(new)  # the PubSub owns it from now on
+            else:
+                item.adopt_stream_of(new)  # ``new`` is left empty
+        except BaseException:
+            new.close_nowait()
+            raise
+        if not isinstance(item, PubSubLink):
             new.close_nowait()
 
     def _on_outcome(self, item: _Item, error: BaseException | None) -> None:

@@ -1,0 +1,152 @@
+"""How the maintenance shell makes connections: :class:`Dialer`.
+
+New pool and pub/sub connections go to the machine's dial target (where the latest MOVING
+sent the client), falling back to the configured endpoint while the target's circuit
+breaker refuses or when the target cannot be reached; a handoff dials its target itself,
+so that a failure to reach it (retried) is told apart from a failed handshake (not
+retried). Every connection gets the client's push handler (or the one given) and, when
+maintenance is on, the opt-in handshake hook.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import OrderedDict
+from typing import Final
+
+import attrs
+import trio
+
+from .._net.connection import Connection, HandshakeHook, PushHandler
+from .._net.stream import open_stream
+from .._sansio.endpoint import Endpoint
+from .._sansio.errors import (
+    ConnectionError,
+    HandoffDialError,
+    MaintenanceNotSupportedError,
+    RedisError,
+)
+from .._sansio.errors import TimeoutError as RedisTimeoutError
+from .._sansio.maint import MaintenanceMachine
+from .._sansio.options import ClientOptions
+
+__all__ = ["Dialer"]
+
+logger = logging.getLogger("trio_maint.maintenance")
+
+#: Client options kept for endpoints other than the configured one (``int``), least
+#: recently used dropped first.
+OPTIONS_CACHE: Final = 32
+
+
+class Dialer:
+    """Connections for one client.
+
+    :param options: the client's :class:`~trio_maint.ClientOptions`.
+    :param machine: the client's :class:`~trio_maint.lowlevel.MaintenanceMachine`, asked
+        for the dial target and told how dials to it went; ``None`` when maintenance is
+        disabled (then every dial goes to the configured endpoint).
+    :param configured: the configured :class:`~trio_maint.Endpoint`.
+    :param push_handler: the default push handler of new connections, or ``None``.
+    :param handshake_hook: run after ``HELLO 3`` on every new stream, or ``None``.
+    """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        machine: MaintenanceMachine | None,
+        configured: Endpoint,
+        *,
+        push_handler: PushHandler | None,
+        handshake_hook: HandshakeHook | None,
+    ) -> None:
+        self.options: Final = options
+        self.machine: Final = machine
+        self.configured: Final = configured
+        self.push_handler = push_handler
+        self.handshake_hook = handshake_hook
+        self._options: OrderedDict[Endpoint, ClientOptions] = OrderedDict()
+
+    def options_for(self, endpoint: Endpoint) -> ClientOptions:
+        """The client's options with ``endpoint``'s host and port (cached)."""
+        if endpoint == self.configured:
+            return self.options
+        opts = self._options.get(endpoint)
+        if opts is None:
+            opts = attrs.evolve(
+                self.options, host=endpoint.host, port=endpoint.port, unix_path=None
+            )
+            self._options[endpoint] = opts
+            while len(self._options) > OPTIONS_CACHE:
+                self._options.popitem(last=False)
+        else:
+            self._options.move_to_end(endpoint)
+        return opts
+
+    def new_connection(self, endpoint: Endpoint, push: PushHandler | None = None) -> Connection:
+        """A new, unconnected :class:`~trio_maint.lowlevel.Connection` to ``endpoint``."""
+        return Connection(
+            self.options_for(endpoint),
+            push_handler=push or self.push_handler,
+            handshake_hook=self.handshake_hook,
+        )
+
+    async def connect(self, push: PushHandler | None = None) -> tuple[Connection, Endpoint, bool]:
+        """A connected, handshaken connection to the dial target, or to the configured
+        endpoint when the target's breaker refuses or the target cannot be reached:
+        ``(conn, endpoint, fell_back)``.
+
+        :raises ConnectionError, TimeoutError, AuthenticationError: the configured
+            endpoint could not be reached either (or refused the credentials).
+        """
+        machine = self.machine
+        target = machine.dial_target(trio.current_time()) if machine is not None else None
+        fell_back = False
+        if machine is not None and target is not None and target != self.configured:
+            conn = self.new_connection(target, push)
+            try:
+                await conn.connect()
+            except BaseException as exc:
+                reachable = isinstance(exc, ConnectionError | RedisError)
+                machine.dial_result(target, False if reachable else None, trio.current_time())
+                if not isinstance(exc, ConnectionError | RedisTimeoutError) or isinstance(
+                    exc, MaintenanceNotSupportedError
+                ):
+                    raise
+                logger.warning(
+                    "cannot connect to the new endpoint %s (%s); using %s",
+                    target,
+                    exc,
+                    self.options.address_text,
+                    extra={"event": "moving_target_unreachable", "endpoint": str(target)},
+                )
+                fell_back = True
+            else:
+                machine.dial_result(target, True, trio.current_time())
+                return conn, target, False
+        conn = self.new_connection(self.configured, push)
+        await conn.connect()
+        return conn, self.configured, fell_back
+
+    async def connect_for_handoff(
+        self, target: Endpoint, push: PushHandler | None = None
+    ) -> Connection:
+        """A connected, handshaken connection to ``target`` for a handoff.
+
+        :raises HandoffDialError: ``target`` could not be reached within
+            ``connect_timeout`` (the handoff is retried).
+        :raises RedisError: the handshake failed (it is not).
+        """
+        opts = self.options_for(target)
+        timeout = opts.connect_timeout
+        try:
+            with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
+                stream = await open_stream(opts, unix_path=opts.unix_path)
+        except ConnectionError as exc:
+            raise HandoffDialError(f"cannot reach {target}: {exc}") from exc
+        if scope.cancelled_caught:
+            raise HandoffDialError(f"dialing {target} took longer than {timeout} s")
+        new = self.new_connection(target, push)
+        await new.connect(stream)  # closes the stream on failure
+        return new
