@@ -378,10 +378,16 @@ class MaintenanceMachine:
         rec.mark = mark
         if mark.due > now:
             self._wake_at(mark.due, actions)
-        elif rec.kind is ConnKind.PUBSUB:
+        else:
+            self._start(rec, now, actions)
+
+    def _start(self, rec: ConnRecord, now: float, actions: list[Action]) -> None:
+        """A handoff became due: a subscriber moves at once; a pooled connection is taken
+        if it is idle (else it is queued when its borrower releases it)."""
+        if rec.kind is ConnKind.PUBSUB:
             self._queue(rec, now, actions)
         else:
-            actions.append(TakeIdle(rec.conn_id))  # taken if idle; else queued on release
+            actions.append(TakeIdle(rec.conn_id))
 
     # ---------------------------------------------------------------------- handoffs
 
@@ -502,23 +508,18 @@ class MaintenanceMachine:
                 return
         self._returned(rec, actions)
 
-    def _failed_to(self, rec: ConnRecord, reason: str, now: float, actions: list[Action]) -> bool:
-        mark = rec.mark
-        target = str(mark.target) if mark is not None else str(rec.endpoint)
+    def _failed_to(self, rec: ConnRecord, reason: str, now: float, actions: list[Action]) -> None:
+        """The handoff failed for good: a pooled connection is discarded, a subscriber
+        stays on its current connection."""
+        target = str(rec.mark.target if rec.mark is not None else rec.endpoint)
         latency = now - (rec.queued_at if rec.queued_at is not None else now)
         self._failed += 1
-        rec.mark = None
-        rec.redo = False
-        rec.attempts = 0
-        rec.retry_at = None
-        rec.queued_at = None
         actions.append(Emit(HandoffFailed(rec.conn_id, target, reason, latency, now)))
         if rec.kind is ConnKind.PUBSUB:
-            rec.phase = Phase.POOL  # stays on its current connection
-            actions.append(GiveBack(rec.conn_id))
+            self._returned(rec, actions)
         else:
+            rec.mark = None
             actions.append(Discard(rec.conn_id, f"handoff to {target} failed: {reason}"))
-        return False
 
     # ------------------------------------------------------------------------- timers
 
@@ -546,10 +547,8 @@ class MaintenanceMachine:
             elif rec.mark is not None and rec.phase not in _HANDED:
                 if rec.mark.due > now:
                     upcoming = min(upcoming, rec.mark.due)
-                elif rec.kind is ConnKind.PUBSUB:
-                    self._queue(rec, now, actions)
                 else:
-                    actions.append(TakeIdle(rec.conn_id))
+                    self._start(rec, now, actions)
         if upcoming < _INF:
             self._wake_at(upcoming, actions)
         return actions
@@ -584,10 +583,7 @@ class MaintenanceMachine:
             if mark is None or mark.due <= now or other.phase in _HANDED:
                 continue
             other.mark = attrs.evolve(mark, due=now)
-            if other.kind is ConnKind.PUBSUB:
-                self._queue(other, now, actions)
-            else:
-                actions.append(TakeIdle(other.conn_id))
+            self._start(other, now, actions)
         return ReadonlyVerdict.RETRY, actions
 
     # --------------------------------------------------------------------- dial target
