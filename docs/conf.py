@@ -39,6 +39,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"completed_handoffs /"),
     (r"py:.*", r"(Dialer|open|TimeoutPolicy|HandshakeHook|describe_shape|feed|at_boundary)"),
     (r"py:.*", r"(Action|trio_maint\.Connection|Connection|StreamIO|Unset|ReplyWaiter)"),
+    (r"py:.*", r"(EventHub|Subscriber|ConnectionSelector)"),
 ]
 
 html_theme = "alabaster"

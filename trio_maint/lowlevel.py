@@ -14,20 +14,29 @@ benchmark). Most programs need only :mod:`trio_maint`.
 * RESP: :class:`RespParser`, :func:`encode_command`.
 """
 
+from ._maint.link import PubSubLink
 from ._maint.workers import HandoffManager, HandoffStats, open_handoff_manager
 from ._net.connection import Connection
 from ._net.pool import ConnectionPool, Disposition, PoolHook, PoolStats
 from ._net.timer import ReplyTimer
 from ._sansio.breaker import BreakerRegistry, BreakerState, BreakerStats, CircuitBreaker
-from ._sansio.maint import MaintenanceMachine
+from ._sansio.maint import (
+    HANDOFF_BURST,
+    HANDOFF_PACING,
+    MAX_BREAKERS,
+    RETRY_BASE_DELAY,
+    MaintenanceMachine,
+)
 from ._sansio.maint_types import (
     Action,
     CancelHandoff,
     ConnKind,
+    ConnRecord,
     Discard,
     Emit,
     GiveBack,
     MachineState,
+    Mark,
     MovingSeen,
     Outcome,
     Phase,
@@ -45,6 +54,10 @@ from ._sansio.resp import RespParser, encode_command
 from ._sansio.timeouts import RelaxationState, RelaxedTimeouts
 
 __all__ = [
+    "HANDOFF_BURST",
+    "HANDOFF_PACING",
+    "MAX_BREAKERS",
+    "RETRY_BASE_DELAY",
     "Action",
     "BreakerRegistry",
     "BreakerState",
@@ -52,6 +65,7 @@ __all__ = [
     "CancelHandoff",
     "CircuitBreaker",
     "ConnKind",
+    "ConnRecord",
     "Connection",
     "ConnectionPool",
     "Discard",
@@ -63,11 +77,13 @@ __all__ = [
     "MachineState",
     "MaintenanceMachine",
     "Malformed",
+    "Mark",
     "MovingSeen",
     "Outcome",
     "Phase",
     "PoolHook",
     "PoolStats",
+    "PubSubLink",
     "ReadonlyVerdict",
     "Relax",
     "RelaxationState",

@@ -16,6 +16,7 @@ from .._net.groups import unwrap_group
 from .._net.pool import ConnectionPool
 from .._net.timer import ReplyTimer
 from .._sansio.commands import CommandsMixin, KeyT
+from .._sansio.config import MaintConfig
 from .._sansio.errors import ConnectionError, RedisError, WatchError
 from .._sansio.options import ClientOptions
 from .._sansio.replies import Callback, apply_callback
@@ -63,9 +64,12 @@ class Redis(CommandsMixin[Awaitable[Any]]):
     ) -> None:
         self.options = options
         self.pool = pool
+        if maintenance is None:  # a bare Redis: maintenance handling off
+            maintenance = MaintenanceHandler(options, MaintConfig(mode="disabled"))
         #: The :class:`~trio_maint.MaintenanceHandler`: ``.state``, ``.events()``,
-        #: ``.add_hook()`` (see docs/maintenance.md); ``None`` for a bare ``Redis``.
-        self.maintenance = maintenance
+        #: ``.add_hook()`` (see docs/maintenance.md). Always there; its ``mode`` says
+        #: whether maintenance handling is on.
+        self.maintenance: MaintenanceHandler = maintenance
         self._pubsubs: weakref.WeakSet[PubSub] = weakref.WeakSet()
 
     def __repr__(self) -> str:
@@ -151,10 +155,7 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         """For a ``READONLY`` on ``conn``: ``False`` when no MOVING can explain it (no
         maintenance handling on this connection), else ``None`` (ask
         :meth:`_moved_away`)."""
-        handler = self.maintenance
-        if handler is None or not conn.maint_enabled:
-            return False
-        return None
+        return False if not conn.maint_enabled else None
 
     async def _moved_away(self, conn: Connection) -> bool:
         """After a ``READONLY`` reply (the write was refused, not executed): ``True`` when
@@ -162,7 +163,7 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         endpoint (the maintenance handler waits up to 1 s for the MOVING). Only on
         connections that opted in to maintenance notifications."""
         handler = self.maintenance
-        if handler is None or not conn.maint_enabled:
+        if not conn.maint_enabled:
             return False
         return await handler.wait_for_moving(conn)
 
@@ -180,7 +181,7 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         """A new :class:`~trio_maint.PubSub` on a dedicated connection; use it as
         ``async with r.pubsub() as ps:``."""
         handler = self.maintenance
-        if handler is None or not handler.config.enabled:
+        if not handler.config.enabled:
             pubsub = PubSub(self.options, ignore_subscribe_messages=ignore_subscribe_messages)
         else:
             link = handler.pubsub_link()

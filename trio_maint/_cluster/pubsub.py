@@ -145,7 +145,7 @@ class ClusterPubSub:
         """``SSUBSCRIBE`` the channels: one command per slot, on the slot's master.
         Returns once every channel is confirmed. A node answering ``MOVED`` (or ``ASK``,
         ``TRYAGAIN``, ``CLUSTERDOWN``) gets the slot's channels again on the right owner
-        after a slot-map refresh, up to :data:`SUBSCRIBE_ATTEMPTS` times.
+        after a slot-map refresh, up to ``SUBSCRIBE_ATTEMPTS`` (8) times.
 
         :raises ResponseError: a node refused a slot's channels (``CROSSSLOT``,
             ``NOPERM``, or the last ``MOVED``...); the other slots stay subscribed.

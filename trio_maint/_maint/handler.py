@@ -509,15 +509,16 @@ class MaintenanceHandler:
     # ------------------------------------------------------------------------ pub/sub
 
     def pubsub_link(self) -> PubSubLink:
-        """A :class:`PubSubLink` for one :class:`~trio_maint.PubSub`: its connection
-        factory and push handler, so the subscriber follows MOVING as the pool does."""
+        """A :class:`~trio_maint.lowlevel.PubSubLink` for one :class:`~trio_maint.PubSub`:
+        its connection factory and push handler, so the subscriber follows MOVING as the
+        pool does."""
         link = PubSubLink(self, next(self._link_ids))
         self._links[link.id] = link
         return link
 
     async def connect_link(self, link: PubSubLink) -> Connection:
         """A new connection for ``link`` to the current dial target (for
-        :meth:`PubSubLink.connect`)."""
+        :meth:`PubSubLink.connect <trio_maint.lowlevel.PubSubLink.connect>`)."""
         conn, endpoint, fell_back = await self._connect(link.push)
         now = trio.current_time()
         self._carry_out(

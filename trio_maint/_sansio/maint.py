@@ -117,16 +117,20 @@ def _blocked_error(rec: ConnRecord) -> str:
 class MaintenanceMachine:
     """The maintenance decisions of one client (one pool, its pub/sub connections).
 
-    :param config: the :class:`MaintConfig`; its automatic (0) fields are resolved with
+    :param config: the :class:`~trio_maint.MaintConfig`; its automatic (0) fields are resolved with
         ``pool_size`` and ``max_active_conns``.
-    :param configured: the endpoint the client was configured with (:class:`Endpoint`).
+    :param configured: the endpoint the client was configured with
+        (:class:`~trio_maint.Endpoint`).
     :param pool_size: the pool's size (``int``), for resolving ``config``.
     :param max_active_conns: the pool's cap on open connections (``int``).
     :param breakers: a :class:`BreakerRegistry` (default: one from ``config``, bounded to
-        :data:`MAX_BREAKERS`).
+        :data:`~trio_maint.lowlevel.MAX_BREAKERS`).
 
-    Methods take ``now`` and return actions to carry out in order; the machine never
-    raises on unknown connection ids (it ignores them).
+    Methods take ``now`` (``float`` seconds of the shell's monotonic clock,
+    ``trio.current_time()``) and return actions to carry out in order; unknown connection
+    ids are ignored. Some actions owe a report: ``TakeIdle`` -> :meth:`claimed`,
+    ``StartHandoff`` -> :meth:`attempt_started` then :meth:`handoff_result`,
+    ``ScheduleTimer`` -> :meth:`timer_fired` (docs/architecture.md has an example).
     """
 
     def __init__(
@@ -159,11 +163,11 @@ class MaintenanceMachine:
     # -------------------------------------------------------------------- introspection
 
     def record(self, conn_id: int) -> ConnRecord | None:
-        """The :class:`ConnRecord` of ``conn_id`` (``None`` if unknown); do not modify."""
+        """The :class:`~trio_maint.lowlevel.ConnRecord` of ``conn_id``, or ``None``."""
         return self._conns.get(conn_id)
 
     def records(self) -> Iterator[ConnRecord]:
-        """Every known connection's :class:`ConnRecord`."""
+        """Every known connection's :class:`~trio_maint.lowlevel.ConnRecord`."""
         return iter(list(self._conns.values()))
 
     def state(self, now: float) -> MachineState:

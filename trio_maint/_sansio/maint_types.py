@@ -47,7 +47,7 @@ class Phase(enum.Enum):
     ``QUEUED``: handed to the HandoffManager, not started; ``RUNNING``: a handoff attempt
     is under way; ``RETRY_WAIT``: a failed dial waits for its retry (held by the
     maintenance shell). A connection marked for a handoff that is not due yet stays
-    ``POOL`` with a :class:`Mark` whose ``due`` is in the future (*scheduled*).
+    ``POOL`` with a :class:`~trio_maint.lowlevel.Mark` whose ``due`` is in the future (*scheduled*).
     """
 
     POOL = "pool"
@@ -207,8 +207,9 @@ Action: TypeAlias = (
 
 @attrs.frozen
 class Mark:
-    """A connection's pending handoff: to ``target`` (:class:`Endpoint`) for the MOVING
-    ``seq_id`` read from ``source``, not before ``due`` (``float``); ``null`` for a null
+    """A connection's pending handoff: to ``target`` (:class:`~trio_maint.Endpoint`) for
+    the MOVING ``seq_id`` (``int``) read from ``source`` (:class:`~trio_maint.Endpoint`),
+    not before ``due`` (``float``, the machine's clock); ``null`` (``bool``) for a null
     endpoint (reconnect to the same address)."""
 
     target: Endpoint
@@ -220,7 +221,23 @@ class Mark:
 
 @attrs.define(eq=False)
 class ConnRecord:
-    """What the machine knows of one connection (read-only for callers)."""
+    """What the machine knows of one connection; read it, never change it.
+
+    :ivar conn_id: the connection's id (``int``; a pub/sub link's is negative).
+    :ivar kind: :class:`ConnKind`; :ivar phase: :class:`Phase` (who holds it).
+    :ivar endpoint: where its stream is (:class:`~trio_maint.Endpoint`).
+    :ivar mark: its pending handoff (:class:`Mark`) or ``None``.
+    :ivar attempts: dial attempts of the current handoff (``int``).
+    :ivar dialing: the endpoint of the attempt under way, or ``None``.
+    :ivar redo: a newer MOVING changed the target during the attempt (``bool``).
+    :ivar retry_at: when a failed dial is retried (``float``) or ``None``.
+    :ivar queued_at: when the current handoff was queued (``float``) or ``None``.
+    :ivar recent_handoffs: when its latest handoffs completed (``tuple[float, ...]``, the
+        pacing window).
+    :ivar seen: ``(source, seq_id)`` of the latest MOVING applied to it, or ``None``.
+    :ivar timeouts: its relaxation (:class:`~trio_maint.lowlevel.RelaxedTimeouts`) while
+        installed, or ``None``.
+    """
 
     conn_id: int
     kind: ConnKind
@@ -241,13 +258,13 @@ class ConnRecord:
 class MachineState:
     """A snapshot of the machine at some ``now``.
 
-    :ivar mode: the effective :class:`MaintMode`.
+    :ivar mode: the effective :class:`~trio_maint.MaintMode`.
     :ivar relaxed_connections: connections whose timeouts are relaxed (``int``).
     :ivar open_windows: some connection has a maintenance window open (``bool``).
     :ivar pending_handoffs: connections queued, running, waiting to retry, or marked
         with a handoff not yet started (``int``).
     :ivar completed_handoffs / failed_handoffs: totals (``int``).
-    :ivar dial_target: where new connections go (:class:`Endpoint`).
+    :ivar dial_target: where new connections go (:class:`~trio_maint.Endpoint`).
     :ivar last_moving_seq: the seqID of the latest MOVING accepted (``int | None``).
     :ivar moving_deadline: when its ``time`` runs out (``float | None``).
     :ivar breakers: circuit breakers kept (``int``).
