@@ -359,9 +359,9 @@ def test_a_connection_is_paced_after_a_burst_of_handoffs() -> None:
     assert m.released(cid, 0.2)[0] is Verdict.TAKEN
     handoff(m, cid, 0.3, Outcome.OK)
     m.acquired(cid, False, 0.4)
-    # ... a third within HANDOFF_PACING of the first is (a flood of MOVINGs).
+    # ... a third start within HANDOFF_PACING of the first is (a flood of MOVINGs).
     actions = m.notification(cid, Moving(1, 10.0, A), 0.4)  # from C
-    assert ScheduleTimer(0.1 + HANDOFF_PACING) in actions
+    assert ScheduleTimer(0.0 + HANDOFF_PACING) in actions
     assert kept(m.released(cid, 0.5))
     # A READONLY from the old endpoint (it refuses writes already) starts it at once.
     verdict, expedited = m.readonly(cid, C, 0.6)
@@ -377,9 +377,29 @@ def test_the_pacing_timer_starts_a_paced_handoff() -> None:
         m.released(cid, at)
         handoff(m, cid, at + 0.1, Outcome.OK)
         m.acquired(cid, False, at + 0.1)
-    assert ScheduleTimer(0.1 + HANDOFF_PACING) in m.notification(cid, Moving(1, 10.0, A), 0.4)
+    # Started at 0.0 and 0.2: the third may start at 0.0 + HANDOFF_PACING.
+    assert ScheduleTimer(0.0 + HANDOFF_PACING) in m.notification(cid, Moving(1, 10.0, A), 0.4)
     m.released(cid, 0.5)
-    assert of(m.timer_fired(0.1 + HANDOFF_PACING), TakeIdle) == [TakeIdle(cid)]
+    assert of(m.timer_fired(0.0 + HANDOFF_PACING), TakeIdle) == [TakeIdle(cid)]
+
+
+def test_retargeting_an_attempt_is_paced_too() -> None:
+    """A MOVING that retargets a running handoff redoes it when the attempt ends: that is
+    a start too, so a flood of retargets cannot bypass the pacing."""
+    m = machine()
+    [cid] = pool(m, borrowed=1)
+    m.notification(cid, Moving(1, 10.0, B), 0.0)
+    m.released(cid, 0.0)
+    targets = [C, B, C, B]
+    started = 0
+    now = 0.0
+    for seq, target in enumerate(targets, start=2):
+        if m.attempt_started(cid, now) is not None:
+            started += 1
+        m.notification(cid, Moving(seq, 10.0, target), now + 0.01)  # read on the old stream
+        m.handoff_result(cid, Outcome.OK, now + 0.02)
+        now += 0.02
+    assert started <= 2  # within one second
 
 
 def test_dial_that_raced_a_moving_is_marked_unless_it_fell_back() -> None:
@@ -614,8 +634,9 @@ class MachineModel(RuleBasedStateMachine):
             expect_new = latest is None or n.seq_id > latest
             if expect_new:
                 self.accepted[source] = n.seq_id
-                if n.endpoint is not None:
-                    self.arrivals[n.endpoint] = self.now + n.time
+                # A null endpoint moves the client to the same address (its dial target).
+                arrival = n.endpoint or self.m.state(self.now).dial_target
+                self.arrivals[arrival] = self.now + n.time
         actions = self.m.notification(cid, n, self.now)
         started = [a for a in actions if isinstance(a, Emit) and isinstance(a.event, MovingStarted)]
         assert bool(started) == expect_new, "a stale MOVING was re-applied (or a new one lost)"

@@ -189,6 +189,8 @@ class PubSub:
                 raise ConnectionClosedError("this PubSub is closed")
             try:
                 await self._subscribe_all(conn)
+                if self._is_closed():  # closed while it subscribed (the client exiting)
+                    raise ConnectionClosedError("this PubSub is closed")
             except BaseException:
                 self._settle(self._acks.fail(conn, ConnectionError(f"connection {conn.id} failed")))
                 raise

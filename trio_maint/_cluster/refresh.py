@@ -25,15 +25,18 @@ from .._sansio.errors import (
 )
 from .._sansio.errors import TimeoutError as RedisTimeoutError
 from .._sansio.notifications import SMigrated
-from .._sansio.slots import NodeInfo, SlotMap, parse_slot_specs
+from .._sansio.slots import NodeInfo, SlotMap, parse_slot_ranges
 from .node import Node
 
-__all__ = ["SMIGRATED_DEDUP_SIZE", "SlotMapRefresh"]
+__all__ = ["SMIGRATED_DEDUP_SIZE", "SMIGRATED_MAX_TARGETS", "SlotMapRefresh"]
 
 logger = logging.getLogger("trio_maint.cluster")
 
 #: Most SMIGRATED sequence ids remembered per client for de-duplication.
 SMIGRATED_DEDUP_SIZE: Final = 1024
+#: Most distinct target nodes one SMIGRATED may point slots at (``int``); entries naming
+#: more are left to the slot-map refresh it requests.
+SMIGRATED_MAX_TARGETS: Final = 16
 
 
 class SlotMapRefresh:
@@ -162,19 +165,28 @@ class SlotMapRefresh:
         self._smigrated_seen[key] = None
         while len(self._smigrated_seen) > SMIGRATED_DEDUP_SIZE:
             self._smigrated_seen.popitem(last=False)
+        # Bounded work whatever the frame holds: at most SMIGRATED_MAX_TARGETS new
+        # targets, and each range written in one slice (the refresh below corrects the
+        # rest of the map).
+        targets: dict[str, NodeInfo] = {}
         for move in matching:
-            try:
-                host, port = split_host_port(move.target, require_port=True)
-            except ValueError:
-                continue
-            target = NodeInfo(format_host_port(host, port), host, port)
-            for slot in parse_slot_specs(move.slots):
-                self._map.set_master(slot, target)
+            target = targets.get(move.target)
+            if target is None:
+                if len(targets) >= SMIGRATED_MAX_TARGETS:
+                    continue
+                try:
+                    host, port = split_host_port(move.target, require_port=True)
+                except ValueError:
+                    continue
+                target = targets[move.target] = NodeInfo(format_host_port(host, port), host, port)
+            for first, last in parse_slot_ranges(move.slots):
+                self._map.set_master_range(first, last, target)
+        slots = ",".join(s for m in matching for s in m.slots)
         logger.info(
-            "SMIGRATED seq %d from %s: slots %s moved to %s; reloading the slot map",
+            "SMIGRATED seq %d from %s: slots %.200s moved to %s; reloading the slot map",
             n.seq_id,
             node_name,
-            ",".join(s for m in matching for s in m.slots),
+            slots,
             matching[0].target,
             extra={"event": "smigrated_reload", "seq_id": n.seq_id, "node": node_name},
         )

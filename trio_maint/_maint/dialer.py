@@ -24,10 +24,7 @@ from .._sansio.endpoint import Endpoint
 from .._sansio.errors import (
     ConnectionError,
     HandoffDialError,
-    MaintenanceNotSupportedError,
-    RedisError,
 )
-from .._sansio.errors import TimeoutError as RedisTimeoutError
 from .._sansio.maint import MaintenanceMachine
 from .._sansio.options import ClientOptions
 
@@ -107,13 +104,12 @@ class Dialer:
             conn = self.new_connection(target, push)
             try:
                 await conn.connect()
-            except BaseException as exc:
-                reachable = isinstance(exc, ConnectionError | RedisError)
-                machine.dial_result(target, False if reachable else None, trio.current_time())
-                if not isinstance(exc, ConnectionError | RedisTimeoutError) or isinstance(
-                    exc, MaintenanceNotSupportedError
-                ):
-                    raise
+            except Exception as exc:
+                # Whatever the target does wrong (unreachable, refusing the credentials or
+                # the handshake, an address that cannot be used), the MOVING costs the
+                # moved connections, not the workload: fall back to the configured
+                # endpoint, and let the target's breaker count it.
+                machine.dial_result(target, False, trio.current_time())
                 logger.warning(
                     "cannot connect to the new endpoint %s (%s); using %s",
                     target,
@@ -122,6 +118,9 @@ class Dialer:
                     extra={"event": "moving_target_unreachable", "endpoint": str(target)},
                 )
                 fell_back = True
+            except BaseException:
+                machine.dial_result(target, None, trio.current_time())  # cancelled
+                raise
             else:
                 machine.dial_result(target, True, trio.current_time())
                 return conn, target, False

@@ -142,6 +142,7 @@ class HandoffManager(Generic[ConnT]):
         self._pending: dict[int, _Job[ConnT]] = {}
         self._workers = 0
         self._starting = 0
+        self._waiting = 0  # requests waiting for room in a full queue
         self._completed = 0
         self._failed = 0
         self._queue_full = 0
@@ -181,6 +182,13 @@ class HandoffManager(Generic[ConnT]):
         try:
             self._send.send_nowait(job)
         except trio.WouldBlock:
+            if self._waiting >= max(self.config.handoff_queue_size, self.config.max_workers):
+                # As many requests already wait for room as the queue holds: a flood.
+                # Report this one full at once instead of a task per request.
+                self._ensure_workers()
+                self._queue_full += 1
+                self._finish(job, HandoffQueueFullError(QUEUE_FULL_MESSAGE))
+                return True
             job.phase = _Phase.WAITING_ROOM
             self._nursery.start_soon(self._grace_send, job)
         self._ensure_workers()
@@ -218,6 +226,13 @@ class HandoffManager(Generic[ConnT]):
     async def _grace_send(self, job: _Job[ConnT], caller_owned: bool = False) -> bool:
         """Wait up to QUEUE_FULL_GRACE for room. False only when the queue stayed full
         (the job is then reported with HandoffQueueFullError)."""
+        self._waiting += 1
+        try:
+            return await self._grace_send_counted(job, caller_owned)
+        finally:
+            self._waiting -= 1
+
+    async def _grace_send_counted(self, job: _Job[ConnT], caller_owned: bool) -> bool:
         try:
             with trio.CancelScope() as job.scope:
                 with trio.move_on_after(QUEUE_FULL_GRACE):
@@ -302,6 +317,10 @@ class HandoffManager(Generic[ConnT]):
             return
         finally:
             self._workers -= 1
+            # A request queued while this worker was idling out was not given a worker
+            # of its own (this one still counted): make sure one runs it.
+            if not self._closed and self._send.statistics().current_buffer_used:
+                self._ensure_workers()
 
     async def _run(self, job: _Job[ConnT]) -> None:
         if job.done or self._pending.get(job.conn.id) is not job:

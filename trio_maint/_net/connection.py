@@ -223,9 +223,15 @@ class Connection(StreamIO):
 
         Only its owner (the HandoffManager) may call this, while no command is in flight.
         ``other`` is left empty (closed, without closing the stream it gave away).
+
+        :raises ConnectionBusyError: either connection is in use.
+        :raises ConnectionClosedError: this connection was closed meanwhile (the pool
+            closing): ``other`` keeps its stream, for the caller to close.
         """
         if self.in_use or other.in_use:
             raise ConnectionBusyError("cannot swap the stream of a connection in use")
+        if self.closed:
+            raise ConnectionClosedError(f"connection {self.id} was closed during its handoff")
         old = self._stream
         self._stream, self._fileno, self._parser = other._stream, other._fileno, other._parser
         self.host, self.port, self.unix_path = other.host, other.port, other.unix_path

@@ -43,7 +43,10 @@ async def open_stream(
     No timeout is applied here; the caller wraps it. ``host``/``port`` default to the
     options' address.
 
-    :raises ConnectionError: the dial or the TLS handshake failed.
+    :raises ConnectionError: the dial or the TLS handshake failed, or the address cannot
+        be used at all (a host name that cannot be encoded, such as ``a..b``, or a port
+        out of range: trio raises ``UnicodeError``/``ValueError``/``OverflowError`` for
+        those, which a MOVING or a MOVED from a hostile server can name).
     """
     host = options.host if host is None else host
     port = options.port if port is None else port
@@ -66,7 +69,14 @@ async def open_stream(
         return tls
     except RedisError:
         raise
-    except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
+    except (
+        OSError,
+        trio.BrokenResourceError,
+        ssl.SSLError,
+        UnicodeError,
+        ValueError,
+        OverflowError,
+    ) as exc:
         where = unix_path if unix_path is not None else format_host_port(host, port)
         raise ConnectionError(f"cannot connect to {where}: {describe_error(exc)}") from exc
 

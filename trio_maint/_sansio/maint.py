@@ -25,34 +25,33 @@ import attrs
 from .breaker import BreakerRegistry
 from .config import MaintConfig, MaintMode
 from .endpoint import Endpoint
-from .errors import CircuitBreakerOpenError, HandoffRetriesExhaustedError
 from .events import (
-    HandoffFailed,
-    HandoffQueued,
-    HandoffSucceeded,
     MaintenanceDisabled,
     MovingStarted,
+)
+from .maint_handoffs import (
+    _HANDED,
+    _INF,
+    HANDOFF_BURST,
+    HANDOFF_PACING,
+    RETRY_BASE_DELAY,
+    HandoffDecisions,
 )
 from .maint_types import (
     Action,
     CancelHandoff,
     ConnKind,
     ConnRecord,
-    Discard,
     Emit,
     GiveBack,
     MachineState,
     Mark,
     MovingSeen,
-    Outcome,
     Phase,
     ReadonlyVerdict,
     Relax,
     Restore,
-    ScheduleTimer,
     SetDialTarget,
-    StartHandoff,
-    TakeIdle,
     Verdict,
 )
 from .notifications import (
@@ -78,22 +77,11 @@ __all__ = [
 
 logger = logging.getLogger("trio_maint.maintenance")
 
-#: A connection completes at most :data:`HANDOFF_BURST` handoffs in any
-#: ``HANDOFF_PACING`` seconds (``float``); a newer MOVING for it meanwhile is kept as its
-#: one pending target and applied when the window allows (or at once after a READONLY).
-HANDOFF_PACING: Final = 1.0
-#: See :data:`HANDOFF_PACING` (``int``): legitimate moves in quick succession (A -> B -> A)
-#: are never delayed; a flood of MOVINGs is.
-HANDOFF_BURST: Final = 2
-#: Delay (``float`` seconds) before the first retry of a failed handoff dial; doubled for
-#: each further retry and capped at ``handoff_timeout``.
-RETRY_BASE_DELAY: Final = 0.5
 #: Most circuit breakers kept; the least recently used are dropped beyond it (``int``).
 MAX_BREAKERS: Final = 64
 
 _OPENING = (Migrating, FailingOver, SMigrating)
 _CLOSING = (Migrated, FailedOver, SMigrated)
-_INF: Final = float("inf")
 
 
 @attrs.frozen
@@ -104,17 +92,11 @@ class _Move:
     deadline: float
 
 
-_HANDED = (Phase.QUEUED, Phase.RUNNING, Phase.RETRY_WAIT)
 #: The common answer of acquired/released: nothing to do (shared, never mutated).
 _KEPT: Final[tuple[Verdict, Sequence[Action]]] = (Verdict.KEEP, ())
 
 
-def _blocked_error(rec: ConnRecord) -> str:
-    message = f"the circuit breaker of conn[{rec.conn_id}]'s target is open"
-    return repr(CircuitBreakerOpenError(message))
-
-
-class MaintenanceMachine:
+class MaintenanceMachine(HandoffDecisions):
     """The maintenance decisions of one client (one pool, its pub/sub connections).
 
     :param config: the :class:`~trio_maint.MaintConfig`; its automatic (0) fields are resolved with
@@ -142,10 +124,10 @@ class MaintenanceMachine:
         max_active_conns: int = 0,
         breakers: BreakerRegistry | None = None,
     ) -> None:
-        self.config: Final = config.resolved(pool_size, max_active_conns)
+        self.config = config.resolved(pool_size, max_active_conns)
         self.mode = config.mode
         self.configured: Final = configured
-        self.breakers: Final = (
+        self.breakers = (
             breakers
             if breakers is not None
             else BreakerRegistry.from_config(config, max_size=MAX_BREAKERS)
@@ -218,6 +200,7 @@ class MaintenanceMachine:
         if previous is not None and previous.phase in (Phase.QUEUED, Phase.RUNNING):
             # A subscriber reconnected by itself (its old connection was lost) while a
             # handoff was under way: the new connection goes to the current target.
+            self._breaker_release(previous)
             return [CancelHandoff(conn_id)]
         last = self._last
         if fallback or self.closed or last is None or last.target is None:
@@ -324,7 +307,8 @@ class MaintenanceMachine:
     def _accept(self, source: Endpoint, n: Moving, now: float, actions: list[Action]) -> None:
         """The first MOVING of a new seqID from ``source``: act client-wide."""
         deadline = now + n.time
-        self._seqs.accept(source, n.seq_id, n.endpoint, deadline)
+        # A null endpoint moves the client to the same address: it arrives there too.
+        self._seqs.accept(source, n.seq_id, n.endpoint or self._target, deadline)
         self._last = _Move(source, n.endpoint, n.seq_id, deadline)
         endpoint = n.endpoint
         where = endpoint if endpoint is not None else "the current address"
@@ -358,9 +342,6 @@ class MaintenanceMachine:
         current = rec.mark
         if current is not None and current.seq_id > mark.seq_id and current.source == mark.source:
             return  # an older MOVING than the one it follows
-        recent = rec.recent_handoffs
-        if len(recent) >= HANDOFF_BURST:
-            mark = attrs.evolve(mark, due=max(mark.due, recent[-HANDOFF_BURST] + HANDOFF_PACING))
         if rec.phase in _HANDED:
             # Retarget the handoff under way (at most one pending target).
             if not mark.null and mark.target == rec.endpoint and rec.phase is not Phase.RUNNING:
@@ -379,183 +360,12 @@ class MaintenanceMachine:
         if self._blocked(mark.target, now):
             rec.mark = None  # its breaker is open: stay here rather than churn
             return
+        mark = attrs.evolve(mark, due=max(mark.due, self._paced_until(rec)))
         rec.mark = mark
         if mark.due > now:
             self._wake_at(mark.due, actions)
         else:
             self._start(rec, now, actions)
-
-    def _start(self, rec: ConnRecord, now: float, actions: list[Action]) -> None:
-        """A handoff became due: a subscriber moves at once; a pooled connection is taken
-        if it is idle (else it is queued when its borrower releases it)."""
-        if rec.kind is ConnKind.PUBSUB:
-            self._queue(rec, now, actions)
-        else:
-            actions.append(TakeIdle(rec.conn_id))
-
-    # ---------------------------------------------------------------------- handoffs
-
-    def _due(self, rec: ConnRecord, now: float) -> bool:
-        return rec.mark is not None and rec.mark.due <= now
-
-    def _queue(self, rec: ConnRecord, now: float, actions: list[Action]) -> bool:
-        """Hand ``rec`` to the HandoffManager; ``False`` (mark dropped) if its target is
-        blocked by an open breaker."""
-        mark = rec.mark
-        assert mark is not None
-        if self._blocked(mark.target, now):
-            rec.mark = None
-            return False
-        rec.phase = Phase.QUEUED
-        rec.redo = False
-        if rec.queued_at is None:
-            rec.queued_at = now
-        actions.append(StartHandoff(rec.conn_id, mark.target, mark.seq_id))
-        actions.append(Emit(HandoffQueued(rec.conn_id, str(mark.target), mark.seq_id, now)))
-        return True
-
-    def attempt_started(self, conn_id: int, now: float) -> Endpoint | None:
-        """A handoff attempt of ``conn_id`` starts dialing: the endpoint to dial (the
-        latest target), or ``None`` when the target's circuit breaker refuses (report
-        :attr:`Outcome.BREAKER_OPEN`) or the handoff was withdrawn."""
-        rec = self._conns.get(conn_id)
-        if rec is None or rec.mark is None or rec.phase is not Phase.QUEUED:
-            return None
-        breaker = self.breakers.get(rec.mark.target, now)
-        if not breaker.allow(now):
-            return None
-        rec.phase = Phase.RUNNING
-        rec.dialing = rec.mark.target
-        rec.attempts += 1
-        rec.redo = False
-        return rec.dialing
-
-    def _breaker_release(self, rec: ConnRecord) -> None:
-        if rec.dialing is not None:
-            breaker = self.breakers.peek(rec.dialing)
-            rec.dialing = None
-            if breaker is not None:
-                breaker.release()
-
-    def handoff_result(
-        self, conn_id: int, outcome: Outcome, now: float, error: str = ""
-    ) -> list[Action]:
-        """The HandoffManager reports how ``conn_id``'s attempt ended (``error``: the
-        cause's ``repr``, for events)."""
-        rec = self._conns.get(conn_id)
-        if rec is None or rec.phase not in (Phase.QUEUED, Phase.RUNNING) or rec.mark is None:
-            return []
-        actions: list[Action] = []
-        dialed, rec.dialing = rec.dialing, None
-        breaker = self.breakers.peek(dialed) if dialed is not None else None
-        if breaker is not None:
-            if outcome is Outcome.OK:
-                breaker.record_success(now)
-            elif outcome is Outcome.DIAL_ERROR:
-                breaker.record_failure(now)
-            else:
-                breaker.release()
-        if outcome is Outcome.OK and dialed is not None:
-            self._succeeded(rec, dialed, now, actions)
-        elif rec.redo and outcome in (Outcome.DIAL_ERROR, Outcome.ERROR):
-            self._redo(rec, now, actions)
-        elif outcome is Outcome.DIAL_ERROR and rec.attempts < self.config.max_handoff_retries:
-            delay = min(RETRY_BASE_DELAY * 2 ** (rec.attempts - 1), self.config.handoff_timeout)
-            rec.phase = Phase.RETRY_WAIT
-            rec.retry_at = now + delay
-            self._wake_at(rec.retry_at, actions)
-        else:
-            if outcome is Outcome.DIAL_ERROR:
-                error = repr(
-                    HandoffRetriesExhaustedError(
-                        f"handoff to {dialed} failed after {rec.attempts} dial attempts: {error}"
-                    )
-                )
-            self._failed_to(rec, error or outcome.value, now, actions)
-        return actions
-
-    def _redo(self, rec: ConnRecord, now: float, actions: list[Action]) -> None:
-        """The target changed during an attempt: go to the new one (or stay, when the
-        connection is already there)."""
-        mark = rec.mark
-        if mark is not None and not mark.null and mark.target == rec.endpoint:
-            self._returned(rec, actions)
-        elif not self._queue(rec, now, actions):
-            self._failed_to(rec, _blocked_error(rec), now, actions)
-
-    def _returned(self, rec: ConnRecord, actions: list[Action]) -> None:
-        rec.mark = None
-        rec.redo = False
-        rec.attempts = 0
-        rec.retry_at = None
-        rec.queued_at = None
-        rec.phase = Phase.POOL
-        actions.append(GiveBack(rec.conn_id))
-
-    def _succeeded(
-        self, rec: ConnRecord, target: Endpoint, now: float, actions: list[Action]
-    ) -> None:
-        rec.endpoint = target
-        rec.seen = None
-        rec.recent_handoffs = (*rec.recent_handoffs, now)[-HANDOFF_BURST:]
-        rec.attempts = 0
-        self._completed += 1
-        latency = now - (rec.queued_at if rec.queued_at is not None else now)
-        rec.queued_at = None
-        timeouts = self._timeouts(rec, actions)
-        timeouts.relax_after_handoff(now, self.config.post_handoff_relaxed_duration)
-        actions.append(Emit(HandoffSucceeded(rec.conn_id, str(target), latency, now)))
-        mark = rec.mark
-        if rec.redo and mark is not None and (mark.null or mark.target != target):
-            rec.redo = False
-            if self._queue(rec, now, actions):
-                return
-        self._returned(rec, actions)
-
-    def _failed_to(self, rec: ConnRecord, reason: str, now: float, actions: list[Action]) -> None:
-        """The handoff failed for good: a pooled connection is discarded, a subscriber
-        stays on its current connection."""
-        target = str(rec.mark.target if rec.mark is not None else rec.endpoint)
-        latency = now - (rec.queued_at if rec.queued_at is not None else now)
-        self._failed += 1
-        actions.append(Emit(HandoffFailed(rec.conn_id, target, reason, latency, now)))
-        if rec.kind is ConnKind.PUBSUB:
-            self._returned(rec, actions)
-        else:
-            rec.mark = None
-            actions.append(Discard(rec.conn_id, f"handoff to {target} failed: {reason}"))
-
-    # ------------------------------------------------------------------------- timers
-
-    def _wake_at(self, at: float, actions: list[Action]) -> None:
-        if at < self._wake:
-            self._wake = at
-            actions.append(ScheduleTimer(at))
-
-    def timer_fired(self, now: float) -> list[Action]:
-        """The shell's timer fired at ``now``: start what became due (retries, scheduled
-        and paced handoffs) and ask for the next wake-up."""
-        actions: list[Action] = []
-        self._wake = _INF
-        if self.closed:
-            return actions
-        upcoming = _INF
-        for rec in list(self._conns.values()):
-            if rec.phase is Phase.RETRY_WAIT and rec.retry_at is not None:
-                if rec.retry_at <= now:
-                    rec.retry_at = None
-                    if rec.mark is None or not self._queue(rec, now, actions):
-                        self._failed_to(rec, _blocked_error(rec), now, actions)
-                else:
-                    upcoming = min(upcoming, rec.retry_at)
-            elif rec.mark is not None and rec.phase not in _HANDED:
-                if rec.mark.due > now:
-                    upcoming = min(upcoming, rec.mark.due)
-                else:
-                    self._start(rec, now, actions)
-        if upcoming < _INF:
-            self._wake_at(upcoming, actions)
-        return actions
 
     # ------------------------------------------------------------------------ READONLY
 
@@ -584,17 +394,13 @@ class MaintenanceMachine:
             return (ReadonlyVerdict.RAISE if waited else ReadonlyVerdict.WAIT), actions
         for other in list(self._conns.values()):
             mark = other.mark
-            if mark is None or mark.due <= now or other.phase in _HANDED:
+            if mark is None or mark.urgent or other.phase in _HANDED:
                 continue
-            other.mark = attrs.evolve(mark, due=now)
+            other.mark = attrs.evolve(mark, due=now, urgent=True)
             self._start(other, now, actions)
         return ReadonlyVerdict.RETRY, actions
 
     # --------------------------------------------------------------------- dial target
-
-    def _blocked(self, endpoint: Endpoint, now: float) -> bool:
-        breaker = self.breakers.peek(endpoint)
-        return breaker is not None and breaker.blocks(now)
 
     def dial_target(self, now: float) -> Endpoint:
         """Where to dial a new connection now: the current target, or the configured

@@ -210,13 +210,15 @@ class Mark:
     """A connection's pending handoff: to ``target`` (:class:`~trio_maint.Endpoint`) for
     the MOVING ``seq_id`` (``int``) read from ``source`` (:class:`~trio_maint.Endpoint`),
     not before ``due`` (``float``, the machine's clock); ``null`` (``bool``) for a null
-    endpoint (reconnect to the same address)."""
+    endpoint (reconnect to the same address); ``urgent`` (``bool``) once the old endpoint
+    refused a write with ``READONLY``: it starts at once, paced or not."""
 
     target: Endpoint
     seq_id: int
     source: Endpoint
     due: float
     null: bool = False
+    urgent: bool = False
 
 
 @attrs.define(eq=False)
@@ -232,8 +234,8 @@ class ConnRecord:
     :ivar redo: a newer MOVING changed the target during the attempt (``bool``).
     :ivar retry_at: when a failed dial is retried (``float``) or ``None``.
     :ivar queued_at: when the current handoff was queued (``float``) or ``None``.
-    :ivar recent_handoffs: when its latest handoffs completed (``tuple[float, ...]``, the
-        pacing window).
+    :ivar recent_starts: when its latest handoffs were started (``tuple[float, ...]``,
+        the pacing window).
     :ivar seen: ``(source, seq_id)`` of the latest MOVING applied to it, or ``None``.
     :ivar timeouts: its relaxation (:class:`~trio_maint.lowlevel.RelaxedTimeouts`) while
         installed, or ``None``.
@@ -249,7 +251,7 @@ class ConnRecord:
     redo: bool = False
     retry_at: float | None = None
     queued_at: float | None = None
-    recent_handoffs: tuple[float, ...] = ()
+    recent_starts: tuple[float, ...] = ()
     seen: tuple[Endpoint, int] | None = None
     timeouts: RelaxedTimeouts | None = None
 

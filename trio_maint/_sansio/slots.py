@@ -313,6 +313,25 @@ def command_slot(args: Sequence[Any]) -> int | None:
     return keys_slot(keys, args[0])
 
 
+def parse_slot_ranges(specs: Iterable[str]) -> list[tuple[int, int]]:
+    """Slot specs (``"1000"``, ``"2000-3000"``, or comma-separated lists of them) as
+    inclusive ``(first, last)`` ranges (``list[tuple[int, int]]``), in order; specs that
+    do not parse, or fall outside 0..16383, are skipped. Linear in the text, whatever the
+    ranges cover (a hostile frame cannot make it expand millions of slots)."""
+    ranges: list[tuple[int, int]] = []
+    for spec in specs:
+        for part in str(spec).split(","):
+            first, _, last = part.strip().partition("-")
+            try:
+                lo = int(first)
+                hi = int(last) if last else lo
+            except ValueError:
+                continue
+            if 0 <= lo <= hi < SLOT_COUNT:
+                ranges.append((lo, hi))
+    return ranges
+
+
 def parse_slot_specs(specs: Iterable[str]) -> list[int]:
     """Expand slot specs (``"1000"``, ``"2000-3000"``, or comma-separated lists of
     them) into slots (``list[int]``); specs that do not parse are skipped."""
@@ -410,13 +429,26 @@ class SlotMap:
 
     def set_master(self, slot: int, node: NodeInfo) -> None:
         """Point ``slot`` at ``node`` (after a ``MOVED``), keeping no replicas for it."""
+        self._slot_shard[slot] = self._shard_of(node)
+
+    def set_master_range(self, first: int, last: int, node: NodeInfo) -> None:
+        """Point slots ``first`` to ``last`` (inclusive) at ``node`` in one step (after an
+        ``SMIGRATED``), keeping no replicas for them.
+
+        :raises ValueError: the range is not within 0..16383.
+        """
+        if not 0 <= first <= last < SLOT_COUNT:
+            raise ValueError(f"slot range {first}-{last} is outside 0..{SLOT_COUNT - 1}")
+        index = self._shard_of(node)
+        self._slot_shard[first : last + 1] = [index] * (last - first + 1)
+
+    def _shard_of(self, node: NodeInfo) -> int:
         for index, (master, _replicas) in enumerate(self.shards):
             if master.name == node.name:
-                self._slot_shard[slot] = index
-                return
+                return index
         self.shards.append((node, ()))
         self.nodes[node.name] = node
-        self._slot_shard[slot] = len(self.shards) - 1
+        return len(self.shards) - 1
 
     @property
     def masters(self) -> list[NodeInfo]:
