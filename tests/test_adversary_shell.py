@@ -66,11 +66,15 @@ async def no_connections_left(server: FakeServer) -> bool:
 # ----------------------------------------------------- a MOVING target nobody can dial
 
 
-async def test_moving_to_an_undialable_host_name_costs_the_workload() -> None:
+@pytest.mark.parametrize("trusted", [False, True])
+async def test_moving_to_an_undialable_host_name_costs_the_workload(trusted: bool) -> None:
     """docs/maintenance.md: "a bad MOVING costs the moved connections, not the workload"
     (new connections fall back to the configured address). A MOVING naming a host whose
-    label is empty (``a..b``) makes every later command of the client fail with a
-    ``UnicodeError`` (not even a ``RedisError``), for as long as the client lives."""
+    label is empty (``a..b``) once made every later command of the client fail with a
+    ``UnicodeError`` (not even a ``RedisError``), for as long as the client lived. By
+    default the target policy refuses it (a host name where the client asked for an
+    internal IP: docs/security.md); trusted by the user's callable, it is dialed, fails,
+    and new connections fall back."""
     async with open_fake_server() as a:
         sent: list[int] = []
 
@@ -81,15 +85,23 @@ async def test_moving_to_an_undialable_host_name_costs_the_workload() -> None:
             return resp(Status("PONG"))
 
         a.on("PING", ping)
-        async with trio_maint.open_redis(a.url, pool_size=2) as r:
+        config = MaintConfig(target_check=lambda endpoint: True) if trusted else MaintConfig()
+        async with trio_maint.open_redis(a.url, pool_size=2, maintenance=config) as r:
+            events = r.maintenance.events()
             with trio.fail_after(TIMEOUT):
                 assert await r.ping() is True  # reads the MOVING
-                while r.maintenance is not None and r.maintenance.state.pending_handoffs:
-                    await trio.sleep(0.01)
-                # The moved connection is gone (its handoff failed); the next command
-                # dials, and should fall back to the configured endpoint.
+                if trusted:
+                    while r.maintenance.state.failed_handoffs == 0:
+                        await trio.sleep(0.01)  # the moved connection's handoff failed
+                # The next commands dial if they need to: the configured endpoint.
                 assert await r.set("k", "v") is True
                 assert await r.get("k") == b"v"
+                refused = []
+                with trio.move_on_after(0.1):
+                    async for event in events:
+                        if isinstance(event, trio_maint.MovingRefused):
+                            refused.append(event)
+                assert len(refused) == (0 if trusted else 1)
 
 
 async def test_moving_to_a_target_refusing_the_handshake_costs_the_workload() -> None:

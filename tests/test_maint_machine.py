@@ -14,12 +14,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from trio_maint._sansio.breaker import BreakerState
 from trio_maint._sansio.config import MaintConfig, MaintMode
-from trio_maint._sansio.endpoint import Endpoint
+from trio_maint._sansio.endpoint import Endpoint, EndpointType
 from trio_maint._sansio.events import (
     HandoffFailed,
     HandoffQueued,
     HandoffSucceeded,
     MaintenanceDisabled,
+    MovingRefused,
     MovingStarted,
 )
 from trio_maint._sansio.maint import HANDOFF_PACING, MAX_BREAKERS, MaintenanceMachine
@@ -51,6 +52,7 @@ from trio_maint._sansio.notifications import (
     Notification,
 )
 from trio_maint._sansio.seqids import MovingSeqIds
+from trio_maint._sansio.trust import TargetPolicy
 
 A = Endpoint("10.0.0.1", 6379)
 B = Endpoint("10.0.0.2", 6379)
@@ -770,3 +772,90 @@ def test_seqids_remember_a_bounded_number_of_endpoints() -> None:
         seqs.accept(source, i, Endpoint("10.8.0.1", 1), 1.0)
     assert len(seqs) == 8
     assert len(seqs._arrivals) <= 8
+
+
+# ------------------------------------------------------------------ target policy
+
+
+def policy_machine(endpoint_type: str, **config: Any) -> MaintenanceMachine:
+    kind = EndpointType(endpoint_type)
+    cfg = MaintConfig(**config)
+    policy = TargetPolicy(kind, A, cfg.trusted_targets, cfg.target_check)
+    return MaintenanceMachine(cfg, A, pool_size=4, policy=policy)
+
+
+@pytest.mark.parametrize(
+    ("endpoint_type", "target", "followed"),
+    [
+        ("internal-ip", Endpoint("10.9.0.1", 7000), True),
+        ("internal-ip", Endpoint("127.0.0.2", 6379), True),
+        ("internal-ip", Endpoint("8.8.8.8", 6379), False),  # a public address
+        ("internal-ip", Endpoint("evil.example.com", 6379), False),  # a name
+        ("internal-ip", Endpoint("fd00::1", 6379), False),  # another address family
+        ("external-ip", Endpoint("8.8.8.8", 6379), True),
+        ("external-ip", Endpoint("evil.example.com", 6379), False),
+        ("internal-fqdn", Endpoint("node-2.db.internal", 6379), True),
+        ("internal-fqdn", Endpoint("10.9.0.1", 6379), False),
+        ("none", Endpoint("10.9.0.1", 6379), False),
+        ("none", A, True),  # the configured endpoint is always trusted
+    ],
+)
+def test_the_default_target_policy_follows_the_endpoint_type(
+    endpoint_type: str, target: Endpoint, followed: bool
+) -> None:
+    m = policy_machine(endpoint_type)
+    [cid] = pool(m, borrowed=1)
+    actions = m.notification(cid, Moving(1, 10.0, target), 0.0)
+    refused = events(actions, MovingRefused)
+    record = m.record(cid)
+    assert record is not None
+    if target == A:
+        assert not refused and record.mark is None  # already there
+    elif followed:
+        assert not refused
+        assert record.mark is not None and record.mark.target == target
+    else:
+        assert record.mark is not None
+        assert [r.endpoint for r in refused] == [str(target)] and refused[0].reason
+        # Handled as a null endpoint: the configured address, after time / 2.
+        assert (record.mark.target, record.mark.null, record.mark.due) == (A, True, 5.0)
+        assert SetDialTarget(target) not in actions
+        assert m.dial_target(0.0) == A
+
+
+def test_the_user_may_trust_more_targets() -> None:
+    m = policy_machine(
+        "internal-ip",
+        trusted_targets=(".db.example.com", "203.0.113.0/24"),
+        target_check=lambda e: e.port == 7777,
+    )
+    conns = pool(m, borrowed=4)
+    trusted = [
+        Endpoint("n1.db.example.com", 6379),
+        Endpoint("203.0.113.9", 6379),
+        Endpoint("8.8.8.8", 7777),
+    ]
+    for seq, (cid, target) in enumerate(zip(conns, trusted, strict=False), start=1):
+        m.record(cid)
+        assert not events(m.notification(cid, Moving(seq, 10.0, target), float(seq)), MovingRefused)
+    assert events(
+        m.notification(conns[3], Moving(9, 10.0, Endpoint("8.8.8.8", 1)), 9.0), MovingRefused
+    )
+
+
+def test_a_target_check_that_raises_refuses() -> None:
+    def broken(endpoint: Endpoint) -> bool:
+        raise RuntimeError("user bug")
+
+    m = policy_machine("internal-ip", target_check=broken)
+    [cid] = pool(m, borrowed=1)
+    assert events(
+        m.notification(cid, Moving(1, 10.0, Endpoint("8.8.8.8", 6379)), 0.0), MovingRefused
+    )
+
+
+def test_malformed_trusted_targets_fail_at_construction() -> None:
+    with pytest.raises(ValueError, match="trusted_targets"):
+        MaintConfig(trusted_targets=("10.0.0.0/33",))
+    with pytest.raises(ValueError, match="trusted_targets"):
+        MaintConfig(trusted_targets=("",))

@@ -35,6 +35,7 @@ from ._maint.events import (
     MaintenanceEvent,
     MaintenanceState,
     MalformedNotification,
+    MovingRefused,
     MovingStarted,
     NotificationReceived,
 )
@@ -137,6 +138,7 @@ __all__ = [
     "Migrating",
     "MovedError",
     "Moving",
+    "MovingRefused",
     "MovingStarted",
     "NoPermissionError",
     "NoScriptError",

@@ -52,6 +52,7 @@ from ._sansio.maint_types import (
 from ._sansio.notifications import Malformed, SlotMove, parse_notification
 from ._sansio.resp import RespParser, encode_command
 from ._sansio.timeouts import RelaxationState, RelaxedTimeouts
+from ._sansio.trust import TargetPolicy
 
 __all__ = [
     "HANDOFF_BURST",
@@ -96,6 +97,7 @@ __all__ = [
     "SlotMove",
     "StartHandoff",
     "TakeIdle",
+    "TargetPolicy",
     "Verdict",
     "encode_command",
     "open_handoff_manager",

@@ -27,6 +27,7 @@ from .._sansio.errors import (
 )
 from .._sansio.maint import MaintenanceMachine
 from .._sansio.options import ClientOptions
+from .._sansio.trust import TargetPolicy
 
 __all__ = ["Dialer"]
 
@@ -57,22 +58,35 @@ class Dialer:
         *,
         push_handler: PushHandler | None,
         handshake_hook: HandshakeHook | None,
+        policy: TargetPolicy | None = None,
     ) -> None:
         self.options: Final = options
         self.machine: Final = machine
         self.configured: Final = configured
         self.push_handler = push_handler
         self.handshake_hook = handshake_hook
+        self.policy = policy
         self._options: OrderedDict[Endpoint, ClientOptions] = OrderedDict()
 
     def options_for(self, endpoint: Endpoint) -> ClientOptions:
-        """The client's options with ``endpoint``'s host and port (cached)."""
+        """The client's options with ``endpoint``'s host and port (cached). Over TLS the
+        certificate is still checked against the configured name (a MOVING cannot send
+        the client to any host holding a certificate for its own name), unless the
+        user's allow-list or callable trusts ``endpoint`` (docs/security.md)."""
         if endpoint == self.configured:
             return self.options
         opts = self._options.get(endpoint)
         if opts is None:
+            tls_name = self.options.ssl_server_hostname
+            if self.options.ssl and tls_name is None:
+                trusted = self.policy is not None and self.policy.explicitly_trusted(endpoint)
+                tls_name = None if trusted else self.options.host
             opts = attrs.evolve(
-                self.options, host=endpoint.host, port=endpoint.port, unix_path=None
+                self.options,
+                host=endpoint.host,
+                port=endpoint.port,
+                unix_path=None,
+                ssl_server_hostname=tls_name,
             )
             self._options[endpoint] = opts
             while len(self._options) > OPTIONS_CACHE:

@@ -24,6 +24,7 @@ from .._sansio.events import (
     MaintenanceDisabled,
     MaintenanceEvent,
     MalformedNotification,
+    MovingRefused,
     MovingStarted,
     NotificationReceived,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "MaintenanceEvent",
     "MaintenanceState",
     "MalformedNotification",
+    "MovingRefused",
     "MovingStarted",
     "NotificationReceived",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
@@ -37,6 +37,7 @@ from .._sansio.errors import (
 )
 from .._sansio.events import (
     MalformedNotification,
+    MovingRefused,
     NotificationReceived,
 )
 from .._sansio.maint import MaintenanceMachine
@@ -60,6 +61,7 @@ from .._sansio.maint_types import (
 )
 from .._sansio.notifications import Malformed, Notification, parse_notification
 from .._sansio.options import ClientOptions
+from .._sansio.trust import TargetPolicy
 from .dialer import Dialer
 from .events import DEFAULT_EVENT_BUFFER, EventHub, EventStream, MaintenanceState
 from .hooks import NotificationHook
@@ -107,18 +109,28 @@ class MaintenanceHandler:
         else:
             configured = Endpoint(options.host, options.port or 6379)
         self.configured: Final = configured
+        #: Which MOVING targets are followed (:class:`~trio_maint.lowlevel.TargetPolicy`,
+        #: docs/security.md).
+        self.policy: Final = TargetPolicy(
+            endpoint_type,
+            configured,
+            config.trusted_targets,
+            config.target_check,
+        )
         #: The decisions (:class:`~trio_maint.lowlevel.MaintenanceMachine`).
         self.machine: Final = MaintenanceMachine(
             config,
             configured,
             pool_size=options.pool_size,
             max_active_conns=options.max_active_conns,
+            policy=self.policy,
         )
         self.manager: HandoffManager[_Item] | None = None
         self._dialer = Dialer(
             options,
             self.machine if config.enabled else None,
             configured,
+            policy=self.policy,
             push_handler=self.push_handler if config.enabled else None,
             handshake_hook=self.handshake_hook if config.enabled else None,
         )
@@ -131,6 +143,7 @@ class MaintenanceHandler:
         self._wake = math.inf
         self._timer: trio.CancelScope | None = None
         self._moved: trio.Event | None = None
+        self._refused_logged: OrderedDict[str, None] = OrderedDict()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -407,6 +420,8 @@ class MaintenanceHandler:
             if moved is not None:
                 moved.set()
         elif isinstance(action, Emit):
+            if isinstance(action.event, MovingRefused):
+                self._log_refused(action.event)
             self._hub.emit(action.event)
         elif isinstance(action, SetDialTarget):
             logger.debug("new connections go to %s", action.endpoint)
@@ -421,6 +436,24 @@ class MaintenanceHandler:
             return
         self._work.extend(
             self.machine.handoff_result(action.conn_id, Outcome.ABANDONED, now, "closed")
+        )
+
+    def _log_refused(self, event: MovingRefused) -> None:
+        """One WARNING per refused endpoint (the most recent 256 remembered)."""
+        seen = self._refused_logged
+        if event.endpoint in seen:
+            seen.move_to_end(event.endpoint)
+            return
+        seen[event.endpoint] = None
+        while len(seen) > 256:
+            seen.popitem(last=False)
+        logger.warning(
+            "MOVING seq %d to %s refused (%s): reconnecting to %s instead (docs/security.md)",
+            event.seq_id,
+            event.endpoint,
+            event.reason,
+            self.options.address_text,
+            extra={"event": "moving_refused", "endpoint": event.endpoint, "reason": event.reason},
         )
 
     async def _run_timer(self) -> None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import enum
 import math
 import os
+from collections.abc import Callable, Iterable
 from typing import Final, TypeVar
 
 import attrs
 
-from .endpoint import EndpointType
+from .endpoint import Endpoint, EndpointType
+from .trust import parse_trusted
 
 __all__ = ["MaintConfig", "MaintMode"]
 
@@ -75,6 +77,15 @@ def _integer(field: str, value: object) -> int:
     return value
 
 
+def _to_entries(value: str | Iterable[str]) -> tuple[str, ...]:
+    entries = (value,) if isinstance(value, str) else tuple(value)
+    for entry in entries:
+        if not isinstance(entry, str) or not entry.strip():
+            raise ValueError(f"trusted_targets: {entry!r} is not a host, suffix or network")
+    parse_trusted(entries)  # malformed networks fail here, naming the field
+    return entries
+
+
 @attrs.frozen(kw_only=True)
 class MaintConfig:
     """Settings of maintenance-notification handling; immutable, validated at construction.
@@ -100,6 +111,13 @@ class MaintConfig:
       letting trial handoffs through (half-open).
     * ``circuit_breaker_max_requests`` (3, >= 1): trial handoffs admitted while half-open;
       that many successes close the breaker.
+    * ``trusted_targets`` (``()``): MOVING targets trusted beyond the default policy
+      (docs/security.md): exact host names, domain suffixes with a leading dot
+      (``".db.example.com"``), IP networks (``"10.20.0.0/16"``) or addresses; a trusted
+      target's TLS certificate is checked against its own name.
+    * ``target_check`` (``None``): a callable ``(Endpoint) -> bool`` trusting more
+      targets (``True``: trusted, as an allow-list entry); an exception counts as
+      ``False``.
 
     :raises ValueError: a value is out of range or not a valid enum string; the message
         starts with the field name. Checked in the order above after the enums.
@@ -119,6 +137,8 @@ class MaintConfig:
     circuit_breaker_failure_threshold: int = 5
     circuit_breaker_reset_timeout: float = 60.0
     circuit_breaker_max_requests: int = 3
+    trusted_targets: tuple[str, ...] = attrs.field(default=(), converter=_to_entries)
+    target_check: Callable[[Endpoint], bool] | None = None
 
     def __attrs_post_init__(self) -> None:
         def positive(field: str) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "MaintenanceDisabled",
     "MaintenanceEvent",
     "MalformedNotification",
+    "MovingRefused",
     "MovingStarted",
     "NotificationReceived",
 ]
@@ -76,6 +77,21 @@ class MovingStarted:
     seq_id: int
     endpoint: str | None
     deadline: float
+    time: float
+
+
+@attrs.frozen
+class MovingRefused:
+    """A MOVING named an endpoint the client does not follow (docs/security.md): it was
+    handled as a null-endpoint MOVING to the configured address instead.
+
+    :ivar seq_id: (``int``); :ivar endpoint: the refused endpoint, ``host:port`` text;
+    :ivar reason: why (``str``); :ivar time: when it was handled (``float``, Trio's clock).
+    """
+
+    seq_id: int
+    endpoint: str
+    reason: str
     time: float
 
 
@@ -137,6 +153,7 @@ MaintenanceEvent: TypeAlias = (
     NotificationReceived
     | MalformedNotification
     | MovingStarted
+    | MovingRefused
     | HandoffQueued
     | HandoffSucceeded
     | HandoffFailed

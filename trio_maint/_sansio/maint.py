@@ -27,6 +27,7 @@ from .config import MaintConfig, MaintMode
 from .endpoint import Endpoint
 from .events import (
     MaintenanceDisabled,
+    MovingRefused,
     MovingStarted,
 )
 from .maint_handoffs import (
@@ -66,6 +67,7 @@ from .notifications import (
 )
 from .seqids import MovingSeqIds
 from .timeouts import RelaxedTimeouts
+from .trust import TargetPolicy
 
 __all__ = [
     "HANDOFF_BURST",
@@ -107,6 +109,8 @@ class MaintenanceMachine(HandoffDecisions):
     :param max_active_conns: the pool's cap on open connections (``int``).
     :param breakers: a :class:`BreakerRegistry` (default: one from ``config``, bounded to
         :data:`~trio_maint.lowlevel.MAX_BREAKERS`).
+    :param policy: the :class:`~trio_maint.lowlevel.TargetPolicy` a MOVING's endpoint
+        must pass to be followed (``None``: any is followed).
 
     Methods take ``now`` (``float`` seconds of the shell's monotonic clock,
     ``trio.current_time()``) and return actions to carry out in order; unknown connection
@@ -123,6 +127,7 @@ class MaintenanceMachine(HandoffDecisions):
         pool_size: int = 0,
         max_active_conns: int = 0,
         breakers: BreakerRegistry | None = None,
+        policy: TargetPolicy | None = None,
     ) -> None:
         self.config = config.resolved(pool_size, max_active_conns)
         self.mode = config.mode
@@ -132,6 +137,9 @@ class MaintenanceMachine(HandoffDecisions):
             if breakers is not None
             else BreakerRegistry.from_config(config, max_size=MAX_BREAKERS)
         )
+        #: The :class:`~trio_maint.lowlevel.TargetPolicy` MOVING targets must pass
+        #: (``None``: every target is followed).
+        self.policy = policy
         self._target = configured
         self._conns: dict[int, ConnRecord] = {}
         self._seqs = MovingSeqIds()
@@ -297,18 +305,30 @@ class MaintenanceMachine(HandoffDecisions):
     def _moving(self, rec: ConnRecord, n: Moving, now: float) -> list[Action]:
         source = rec.endpoint
         actions: list[Action] = []
-        if self._seqs.is_new(source, n.seq_id, now):
-            self._accept(source, n, now, actions)  # applies it to ``rec`` too
+        new = self._seqs.is_new(source, n.seq_id, now)
+        null_target = self._target  # where a null endpoint reconnects
+        if n.endpoint is not None and self.policy is not None:
+            reason = self.policy.refusal(n.endpoint)
+            if reason is not None:
+                # Not followed (docs/security.md): a null endpoint, to the configured address.
+                if new:
+                    actions.append(Emit(MovingRefused(n.seq_id, str(n.endpoint), reason, now)))
+                n = attrs.evolve(n, endpoint=None)
+                null_target = self.configured
+        if new:
+            self._accept(source, n, null_target, now, actions)  # applies it to ``rec`` too
         if rec.seen is not None and rec.seen[0] == source and rec.seen[1] >= n.seq_id:
             return actions  # this connection already applied it (or a newer one)
-        self._apply(rec, source, n, now, actions)
+        self._apply(rec, source, n, null_target, now, actions)
         return actions
 
-    def _accept(self, source: Endpoint, n: Moving, now: float, actions: list[Action]) -> None:
+    def _accept(
+        self, source: Endpoint, n: Moving, null_target: Endpoint, now: float, actions: list[Action]
+    ) -> None:
         """The first MOVING of a new seqID from ``source``: act client-wide."""
         deadline = now + n.time
         # A null endpoint moves the client to the same address: it arrives there too.
-        self._seqs.accept(source, n.seq_id, n.endpoint or self._target, deadline)
+        self._seqs.accept(source, n.seq_id, n.endpoint or null_target, deadline)
         self._last = _Move(source, n.endpoint, n.seq_id, deadline)
         endpoint = n.endpoint
         where = endpoint if endpoint is not None else "the current address"
@@ -325,15 +345,21 @@ class MaintenanceMachine(HandoffDecisions):
         for other in list(self._conns.values()):
             heading = other.mark is not None and other.mark.target == source
             if other.endpoint == source or heading:
-                self._apply(other, source, n, now, actions)
+                self._apply(other, source, n, null_target, now, actions)
 
     def _apply(
-        self, rec: ConnRecord, source: Endpoint, n: Moving, now: float, actions: list[Action]
+        self,
+        rec: ConnRecord,
+        source: Endpoint,
+        n: Moving,
+        null_target: Endpoint,
+        now: float,
+        actions: list[Action],
     ) -> None:
         """Apply MOVING ``n`` (read from ``source``) to one connection."""
         rec.seen = (source, n.seq_id)
         if n.endpoint is None:
-            mark = Mark(self._target, n.seq_id, source, now + n.null_endpoint_delay, null=True)
+            mark = Mark(null_target, n.seq_id, source, now + n.null_endpoint_delay, null=True)
         else:
             mark = Mark(n.endpoint, n.seq_id, source, now)
         self._mark(rec, mark, now, actions)
