@@ -8,7 +8,15 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import trio_maint
+from trio_maint._sansio.loglimit import LOG_LIMITER
 from trio_maint.testing import RedisServer
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_limiter() -> None:
+    """Each test starts with the process-wide log limiter empty: a line of one kind that
+    an earlier test logged does not hold back this test's first (test clocks restart)."""
+    LOG_LIMITER.reset()
 
 
 @pytest.fixture(scope="session")

@@ -87,6 +87,7 @@ from ._sansio.notifications import (
     SMigrating,
 )
 from ._sansio.options import ClientOptions, parse_url
+from ._sansio.redact import redact_text, redact_url
 from ._sansio.replies import parse_info
 from ._sansio.slots import NodeInfo, SlotMap, key_slot
 
@@ -169,4 +170,6 @@ __all__ = [
     "open_redis_cluster",
     "parse_info",
     "parse_url",
+    "redact_text",
+    "redact_url",
 ]

@@ -11,10 +11,11 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 import trio
 
+from .. import redact_text
 from .._net.groups import leaves
 from .demo import run_demo
 from .render import UsageError, make_view, render_report, rich_available, write_plot
@@ -153,13 +154,23 @@ def _cmd_monitor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 # ---------------------------------------------------------------------------- parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its error messages redacted: they quote arguments ("unrecognized
+    arguments: redis://user:secret@host"), and a password must never be printed."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and ``message`` with every URL's password hidden, exit 2."""
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {redact_text(message)}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``trio-maint`` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="trio-maint",
         description="trio_maint's demo of hitless maintenance, and a monitor for real servers.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     demo = sub.add_parser(
         "demo",
         help="run a workload through a simulated maintenance window on two real redis-servers",
@@ -275,6 +286,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
     Errors a user can cause print one line, ``trio-maint: error: ...``, and return 2
     (usage) or 1 (the environment, e.g. redis-server missing or a server unreachable).
+    No line shows a password: URLs are printed as :func:`trio_maint.redact_url` does.
     """
     out = out if out is not None else sys.stdout
     err = sys.stderr
@@ -284,16 +296,16 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         status: int = args.func(args, out, err)
         return status
     except UsageError as exc:
-        print(f"trio-maint: error: {exc}", file=err)
+        print(f"trio-maint: error: {redact_text(str(exc))}", file=err)
         return EXIT_USAGE
     except DemoError as exc:
-        print(f"trio-maint: error: {exc}", file=err)
+        print(f"trio-maint: error: {redact_text(str(exc))}", file=err)
         return EXIT_FAILED
     except BaseException as exc:
         from .monitor import MonitorError
 
         if isinstance(exc, MonitorError):
-            print(f"trio-maint: error: {exc}", file=err)
+            print(f"trio-maint: error: {redact_text(str(exc))}", file=err)
             return EXIT_FAILED
         if _interrupted(exc):
             print("trio-maint: interrupted", file=err)

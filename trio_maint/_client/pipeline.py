@@ -18,6 +18,7 @@ from .._sansio.errors import (
     RedisError,
     ResponseError,
     WatchError,
+    check_command,
 )
 from .._sansio.replies import Callback, apply_callback
 from .._sansio.resend import PipelineRetry
@@ -107,7 +108,11 @@ class Pipeline(CommandsMixin["Pipeline"]):
 
     def execute_command(self, *args: CommandArg) -> Pipeline:
         """Queue any command (``args`` as for :meth:`Redis.execute_command`); returns the
-        pipeline."""
+        pipeline.
+
+        :raises DataError: no arguments (nothing is queued).
+        """
+        check_command(args)
         self._stack.append((args, None))
         return self
 
@@ -147,7 +152,9 @@ class Pipeline(CommandsMixin["Pipeline"]):
         :meth:`multi`); returns its reply.
 
         :raises ResponseError: the server answered with an error.
+        :raises DataError: no arguments (nothing was sent).
         """
+        check_command(args)
         conn = await self._connection()
         reply = await conn.execute(args)
         if isinstance(reply, RedisError):

@@ -28,6 +28,7 @@ from .._sansio.errors import (
     ResponseError,
     TimeoutError,
 )
+from .._sansio.loglimit import log_limited
 from .._sansio.options import ClientOptions
 from .._sansio.pubsub import CONFIRMATIONS, Ack, AckQueue, Message, slot_groups, to_message
 from .._sansio.resp import PushNotification
@@ -423,12 +424,29 @@ class PubSub:
         if isinstance(frame, ResponseError):
             ack = self._acks.error_reply(conn, frame)
             if ack is None:
-                logger.warning("pub/sub connection got an unexpected error reply: %s", frame)
+                # Per frame, and the server decides how many: rate-limited.
+                log_limited(
+                    logger,
+                    logging.WARNING,
+                    "pubsub_unexpected_error_reply",
+                    trio.current_time(),
+                    "pub/sub connection got an unexpected error reply: %s",
+                    frame,
+                    extra={"event": "pubsub_unexpected_error_reply", "conn_id": conn.id},
+                )
             else:
                 self._settle([ack])
             return
         if isinstance(frame, RedisError):  # an undecodable frame
-            logger.warning("pub/sub connection got a frame it cannot decode: %s", frame)
+            log_limited(
+                logger,
+                logging.WARNING,
+                "pubsub_undecodable_frame",
+                trio.current_time(),
+                "pub/sub connection got a frame it cannot decode: %s",
+                frame,
+                extra={"event": "pubsub_undecodable_frame", "conn_id": conn.id},
+            )
             return
         if not isinstance(frame, PushNotification) and self._acks.plain_reply(conn):
             self._buffer.append(Message("pong", None, frame))  # PING's answer
@@ -438,7 +456,15 @@ class PubSub:
             if isinstance(frame, PushNotification):
                 conn.dispatch_push(frame)
             else:
-                logger.debug("pub/sub connection: unexpected reply %.200r", frame)
+                log_limited(
+                    logger,
+                    logging.DEBUG,
+                    "pubsub_unexpected_reply",
+                    trio.current_time(),
+                    "pub/sub connection: unexpected reply %.200r",
+                    frame,
+                    extra={"event": "pubsub_unexpected_reply", "conn_id": conn.id},
+                )
             return
         if message.type in CONFIRMATIONS:
             self._acks.confirmation(conn, message.type, message.channel)
@@ -455,7 +481,16 @@ class PubSub:
                 self._set_of(ack.command).difference_update(self._acks.refused_names(ack))
             if not ack.waited:
                 level = logging.WARNING if isinstance(error, ResponseError) else logging.DEBUG
-                logger.log(level, "pub/sub %s failed: %s", ack.command, error)
+                log_limited(
+                    logger,
+                    level,
+                    "pubsub_command_failed",
+                    trio.current_time(),
+                    "pub/sub %s failed: %s",
+                    ack.command,
+                    error,
+                    extra={"event": "pubsub_command_failed", "command": ack.command},
+                )
 
     def _next_buffered(self) -> Message | None:
         while self._buffer:

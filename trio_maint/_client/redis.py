@@ -17,7 +17,7 @@ from .._net.pool import ConnectionPool
 from .._net.timer import ReplyTimer
 from .._sansio.commands import CommandsMixin, KeyT
 from .._sansio.config import MaintConfig
-from .._sansio.errors import ConnectionError, RedisError, WatchError
+from .._sansio.errors import ConnectionError, RedisError, WatchError, check_command
 from .._sansio.options import ClientOptions
 from .._sansio.replies import Callback, apply_callback
 from .._sansio.resp import CommandArg
@@ -84,11 +84,13 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         :param timeout: seconds to wait for the reply (``None`` = forever); default the
             client's ``socket_timeout``.
         :raises ResponseError: the server answered with an error (connection kept).
-        :raises DataError: an argument cannot be encoded (nothing was sent).
+        :raises DataError: no arguments, or an argument cannot be encoded (nothing was
+            sent).
         :raises ConnectionError, TimeoutError, ProtocolError: the connection failed and was
             discarded (after the retries of the class docs).
         :raises PoolTimeoutError: no connection became free within ``pool_timeout``.
         """
+        check_command(args)
         return await self._command(args, timeout=timeout)
 
     async def _command(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, Literal
 
@@ -34,10 +34,12 @@ from .._sansio.errors import (
     ConnectionError,
     RedisError,
     ResponseError,
+    check_command,
 )
 from .._sansio.errors import TimeoutError as RedisTimeoutError
 from .._sansio.options import ClientOptions
 from .._sansio.outcome import Outcome
+from .._sansio.redact import redact_url
 from .._sansio.replies import Callback, apply_callback
 from .._sansio.resp import CommandArg
 from .._sansio.retry import (
@@ -420,8 +422,10 @@ class RedisCluster(SlotMapRefresh, CommandsMixin[Awaitable[Any]]):
         not in the client's table are asked about with ``COMMAND GETKEYS``).
 
         :raises CrossSlotError: its keys are in different slots (nothing was sent).
+        :raises DataError: no arguments (nothing was sent).
         :raises ResponseError, ConnectionError, TimeoutError: as the class docs say.
         """
+        check_command(args)
         return await self._command(args, None, timeout=timeout)
 
     def _blocking_timeout(self, timeout: float) -> float | None:
@@ -487,11 +491,27 @@ class RedisCluster(SlotMapRefresh, CommandsMixin[Awaitable[Any]]):
 
 def _startup_nodes(spec: Any, default_port: int) -> tuple[list[NodeInfo], str | None]:
     """Startup nodes (and the URL to take options from, if any) from what
-    :func:`open_redis_cluster` accepts."""
-    items = [spec] if isinstance(spec, str | ClientOptions | tuple) else list(spec)
+    :func:`open_redis_cluster` accepts.
+
+    :raises TypeError: a node is not a ``str``, ``(host, port)`` or ClientOptions.
+    :raises ValueError: a bad URL or address (the message never shows a password)."""
+    if isinstance(spec, str | ClientOptions | tuple):
+        items = [spec]
+    elif isinstance(spec, Iterable) and not isinstance(spec, bytes | bytearray):
+        items = list(spec)
+    else:
+        raise TypeError(
+            "open_redis_cluster() takes a URL (str), ClientOptions, (host, port) or a "
+            f"sequence of them, got {type(spec).__name__}"
+        )
     nodes: list[NodeInfo] = []
     url: str | None = None
     for item in items:
+        if not isinstance(item, str | ClientOptions | tuple):
+            raise TypeError(
+                "a startup node must be a URL or 'host:port' (str), (host, port) or "
+                f"ClientOptions, got {type(item).__name__}"
+            )
         if isinstance(item, ClientOptions):
             host, port = item.host, item.port
         elif isinstance(item, tuple):
@@ -500,6 +520,12 @@ def _startup_nodes(spec: Any, default_port: int) -> tuple[list[NodeInfo], str | 
             parsed = ClientOptions.from_url(item)
             host, port = parsed.host, parsed.port
             url = url or item
+        elif "@" in item:
+            # "user:password@host:port" without a scheme: never quote the password.
+            raise ValueError(
+                f"invalid startup node {redact_url(item)}: credentials need a URL "
+                "(redis://user:password@host:port)"
+            )
         else:
             # "host:port" as Redis writes it (the last ':' starts the port), or a bare host.
             host, port = (

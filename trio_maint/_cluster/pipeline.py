@@ -22,6 +22,7 @@ from .._sansio.errors import (
     RedisError,
     ResponseError,
     WatchError,
+    check_command,
 )
 from .._sansio.errors import TimeoutError as RedisTimeoutError
 from .._sansio.replies import Callback, apply_callback
@@ -98,7 +99,11 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
         return None
 
     def execute_command(self, *args: CommandArg) -> ClusterPipeline:
-        """Queue any command; returns the pipeline."""
+        """Queue any command; returns the pipeline.
+
+        :raises DataError: no arguments (nothing is queued).
+        """
+        check_command(args)
         self._stack.append((args, None))
         return self
 

@@ -22,6 +22,7 @@ from .._sansio.errors import (
     ResponseError,
     TryAgainError,
 )
+from .._sansio.loglimit import log_limited
 from .._sansio.pubsub import slot_groups
 from .._sansio.slots import NodeInfo, key_slot
 from .redirects import backoff
@@ -212,7 +213,16 @@ class ClusterPubSub:
             except ConnectionClosedError:
                 return
             except RedisError as exc:
-                logger.info("sharded pub/sub connection to %s lost (%s); moving", name, exc)
+                log_limited(
+                    logger,
+                    logging.INFO,
+                    "sharded_pubsub_lost",
+                    trio.current_time(),
+                    "sharded pub/sub connection to %s lost (%s); moving",
+                    name,
+                    exc,
+                    extra={"event": "sharded_pubsub_lost", "node": name},
+                )
                 await self._move_away(name, None)
                 return
             if message is None:
@@ -265,7 +275,15 @@ class ClusterPubSub:
                     if moved:
                         await self._subscribe(moved)
                 except RedisError as exc:
-                    logger.info("resubscribing shard channels failed (%s); retrying", exc)
+                    log_limited(
+                        logger,
+                        logging.INFO,
+                        "sharded_resubscribe_failed",
+                        trio.current_time(),
+                        "resubscribing shard channels failed (%s); retrying",
+                        exc,
+                        extra={"event": "sharded_resubscribe_failed", "node": name},
+                    )
                 done = [c for c in channels if self._key(c) in self._where]
                 self.resubscriptions += len(done)
                 channels = [c for c in channels if c not in done]

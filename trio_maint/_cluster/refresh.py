@@ -24,6 +24,7 @@ from .._sansio.errors import (
     ResponseError,
 )
 from .._sansio.errors import TimeoutError as RedisTimeoutError
+from .._sansio.loglimit import log_limited
 from .._sansio.notifications import SMigrated
 from .._sansio.slots import NodeInfo, SlotMap, parse_slot_ranges
 from .node import Node
@@ -120,7 +121,15 @@ class SlotMapRefresh:
                     self.last_refresh_error = None
                 except RedisError as exc:
                     self.last_refresh_error = exc
-                    logger.warning("slot map refresh failed: %s", exc)
+                    log_limited(
+                        logger,
+                        logging.WARNING,
+                        "slot_map_refresh_failed",
+                        trio.current_time(),
+                        "slot map refresh failed: %s",
+                        exc,
+                        extra={"event": "slot_map_refresh_failed"},
+                    )
                 finally:
                     self._rounds_done += 1
                     finished, self._round_finished = self._round_finished, trio.Event()
@@ -181,15 +190,20 @@ class SlotMapRefresh:
                 target = targets[move.target] = NodeInfo(format_host_port(host, port), host, port)
             for first, last in parse_slot_ranges(move.slots):
                 self._map.set_master_range(first, last, target)
-        slots = ",".join(s for m in matching for s in m.slots)
-        logger.info(
-            "SMIGRATED seq %d from %s: slots %.200s moved to %s; reloading the slot map",
-            n.seq_id,
-            node_name,
-            slots,
-            matching[0].target,
-            extra={"event": "smigrated_reload", "seq_id": n.seq_id, "node": node_name},
-        )
+        # One line per new seq id, which the server picks: rate-limited.
+        if logger.isEnabledFor(logging.INFO):
+            log_limited(
+                logger,
+                logging.INFO,
+                "smigrated_reload",
+                trio.current_time(),
+                "SMIGRATED seq %d from %s: slots %.200s moved to %s; reloading the slot map",
+                n.seq_id,
+                node_name,
+                ",".join(s for m in matching for s in m.slots),
+                matching[0].target,
+                extra={"event": "smigrated_reload", "seq_id": n.seq_id, "node": node_name},
+            )
         self.smigrated_refreshes += 1
         self.request_refresh()
         return True

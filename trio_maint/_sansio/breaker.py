@@ -23,6 +23,7 @@ import attrs
 
 from .config import MaintConfig
 from .endpoint import Endpoint
+from .loglimit import log_limited
 
 __all__ = ["BreakerRegistry", "BreakerState", "BreakerStats", "CircuitBreaker"]
 
@@ -153,7 +154,12 @@ class CircuitBreaker:
         self._requests = 0
         self._successes = 0
         self._half_open_since = now
-        logger.info(
+        # Per breaker, and MOVINGs choose the endpoints: rate-limited across breakers.
+        log_limited(
+            logger,
+            logging.INFO,
+            "circuit_breaker_half_open",
+            now,
             "circuit breaker for %s is half-open, admitting trial handoffs",
             self.endpoint,
             extra={"event": "circuit_breaker_half_open", "endpoint": str(self.endpoint)},
@@ -170,7 +176,11 @@ class CircuitBreaker:
             reopened = self._state is BreakerState.HALF_OPEN
             self._state = BreakerState.OPEN
             self._opened += 1
-            logger.warning(
+            log_limited(
+                logger,
+                logging.WARNING,
+                "circuit_breaker_opened",
+                now,
                 "circuit breaker for %s %s after %d failures",
                 self.endpoint,
                 "re-opened" if reopened else "opened",
@@ -195,7 +205,11 @@ class CircuitBreaker:
                 self._state = BreakerState.CLOSED
                 self._failures = 0
                 self._requests = 0
-                logger.info(
+                log_limited(
+                    logger,
+                    logging.INFO,
+                    "circuit_breaker_closed",
+                    now,
                     "circuit breaker for %s closed after %d successes",
                     self.endpoint,
                     self._successes,

@@ -39,6 +39,12 @@ class MaintMode(enum.StrEnum):
 #: Upper bound of ``max_handoff_retries``.
 MAX_HANDOFF_RETRIES_LIMIT: Final = 10
 
+#: Upper bound of every duration setting of :class:`MaintConfig` and
+#: :class:`~trio_maint.ClientOptions` (``float`` seconds: 10^7, about 116 days). Longer
+#: means "never" in practice, usually by mistake (a unit error, ``1e400``); where "no
+#: timeout" is wanted and allowed, it is written ``None``.
+MAX_SECONDS: Final = 1e7
+
 
 _E = TypeVar("_E", bound=enum.StrEnum)
 
@@ -66,9 +72,17 @@ def _to_endpoint_type(value: object) -> EndpointType:
 def _number(field: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{field}: expected seconds as a float, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{field}: must be finite, got {value!r}")
-    return float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int beyond float's range
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ValueError(f"{field}: must be finite, got {seconds!r}")
+    if seconds > MAX_SECONDS:
+        raise ValueError(
+            f"{field}: must be at most {MAX_SECONDS:g} seconds (about 116 days), got {seconds!r}"
+        )
+    return seconds
 
 
 def _integer(field: str, value: object) -> int:
@@ -90,8 +104,8 @@ def _to_entries(value: str | Iterable[str]) -> tuple[str, ...]:
 class MaintConfig:
     """Settings of maintenance-notification handling; immutable, validated at construction.
 
-    Durations are ``float`` seconds. Fields and defaults (as Redis's reference client, see
-    docs/maintenance.md):
+    Durations are finite ``float`` seconds, at most ``MAX_SECONDS`` (10^7, about 116
+    days). Fields and defaults (as Redis's reference client, see docs/maintenance.md):
 
     * ``mode`` (:class:`MaintMode` or its string, default ``"auto"``).
     * ``endpoint_type`` (:class:`~trio_maint.EndpointType` or its string such as

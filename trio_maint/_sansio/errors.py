@@ -42,6 +42,7 @@ __all__ = [
     "TryAgainError",
     "WatchError",
     "WrongTypeError",
+    "check_command",
     "not_written",
     "request_written",
     "response_error",
@@ -103,7 +104,9 @@ class ProtocolError(RedisError):
 
 class DataError(RedisError):
     """A command argument has a type that cannot be encoded (only ``str``, ``bytes``,
-    ``memoryview``, ``int`` and ``float`` can), or a value is out of range."""
+    ``memoryview``, ``int`` and ``float`` can), a ``str`` that is not valid UTF-8, a
+    value out of range, or no command at all. The message names the argument's position,
+    type and length, never its value (it may be a password)."""
 
 
 class MaintenanceNotSupportedError(ConnectionError):
@@ -190,6 +193,17 @@ class MovedError(ResponseError):
 
 class AskError(ResponseError):
     """A cluster redirection for one request (``ASK slot host:port``)."""
+
+
+def check_command(args: tuple[object, ...]) -> None:
+    """Refuse an empty command before anything is sent (``execute_command()`` with no
+    arguments would send ``*0``, which Redis never answers).
+
+    :param args: the command name and its arguments (``tuple``).
+    :raises DataError: ``args`` is empty.
+    """
+    if not args:
+        raise DataError("execute_command() needs a command name (and its arguments); got none")
 
 
 _CE = TypeVar("_CE", bound=ConnectionError)

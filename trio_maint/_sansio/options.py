@@ -7,7 +7,6 @@ timeouts, the pool and reply decoding.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from ssl import SSLContext, create_default_context
 from typing import Any, SupportsFloat, SupportsIndex
@@ -15,15 +14,51 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
-from .config import MaintConfig
+from .config import MAX_SECONDS, MaintConfig
 from .endpoint import format_host_port
+from .redact import REDACTED, redact_url
 
 __all__ = ["ClientOptions", "parse_url"]
 
 
 def _check_timeout(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and (math.isnan(value) or value <= 0):
-        raise ValueError(f"{attribute.name} must be a positive number of seconds or None")
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, float):
+        raise TypeError(
+            f"{attribute.name} must be a number of seconds or None, got {type(value).__name__}"
+        )
+    if not (0 < value <= MAX_SECONDS):  # also NaN and infinities
+        raise ValueError(
+            f"{attribute.name} must be a number of seconds in (0, {MAX_SECONDS:g}], or None "
+            f"for no timeout; got {value!r}"
+        )
+
+
+def _check_text(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """``username``, ``password``, ``client_name``: ``str`` or ``None``, sendable as UTF-8
+    (the message never shows the value)."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be a str or None, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeError:
+        raise ValueError(
+            f"{attribute.name} cannot be encoded as UTF-8 (it holds a lone surrogate)"
+        ) from None
+
+
+def _check_client_name(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    _check_text(instance, attribute, value)
+    # Redis refuses names with spaces, newlines or anything outside '!'..'~' (CLIENT
+    # SETNAME, HELLO SETNAME): say so here, not as a refused handshake.
+    if value and not all("!" <= c <= "~" for c in value):
+        raise ValueError(
+            "client_name may only hold printable ASCII characters without spaces "
+            "('!' to '~'): Redis refuses spaces, newlines and other characters in it"
+        )
 
 
 def _check_non_negative(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -36,26 +71,39 @@ def _check_maintenance(instance: object, attribute: attrs.Attribute[Any], value:
         raise TypeError(f"maintenance must be a MaintConfig or None, got {type(value).__name__}")
 
 
-def _optional_float(value: str | SupportsFloat | SupportsIndex | None) -> float | None:
-    if value is None:
-        return None
-    return float(value)
+def _optional_float(value: str | SupportsFloat | SupportsIndex | None) -> Any:
+    # What does not convert is left as it is, for the validator to name the field.
+    if value is None or isinstance(value, bool):
+        return value
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float's range: refused as infinite
+        return float("inf")
+    except (TypeError, ValueError):
+        return value
+
+
+def _password_repr(value: str | None) -> str:
+    return "None" if value is None else repr(REDACTED)
 
 
 @attrs.frozen(kw_only=True)
 class ClientOptions:
     """Everything :func:`trio_maint.open_redis` needs to reach a server and size its pool.
 
-    Build one directly or with :meth:`from_url`. Invalid values raise ``ValueError`` naming
-    the field, at construction.
+    Build one directly or with :meth:`from_url`. Invalid values raise ``ValueError`` (a
+    wrong type ``TypeError``) naming the field, at construction; no message shows the
+    password, and neither does the repr (``password='***'``).
 
-    Attributes (times are seconds as ``float``; ``None`` means "no timeout"):
+    Attributes (times are seconds as ``float`` in (0, 10^7], about 116 days; ``None``
+    means "no timeout"; NaN, infinities, 0 and negative values are refused):
 
     * ``host`` (``str``, default ``"localhost"``), ``port`` (``int``, default 6379), or
       ``unix_path`` (``str``) for a Unix socket (``host``/``port`` are then ignored).
     * ``db`` (``int``, default 0): selected with ``SELECT`` in the handshake when not 0.
     * ``username`` / ``password`` (``str | None``): sent with ``HELLO 3 AUTH``.
-    * ``client_name`` (``str | None``): sent with ``HELLO 3 SETNAME``.
+    * ``client_name`` (``str | None``): sent with ``HELLO 3 SETNAME``; printable ASCII
+      without spaces (``'!'`` to ``'~'``), as Redis requires.
     * ``ssl`` (``bool``): TLS (``rediss://``); ``ssl_context`` (:class:`ssl.SSLContext`,
       default :func:`ssl.create_default_context`); ``ssl_server_hostname`` (``str | None``,
       default ``host``).
@@ -79,9 +127,9 @@ class ClientOptions:
     port: int = attrs.field(default=6379, converter=int)
     unix_path: str | None = None
     db: int = attrs.field(default=0, converter=int, validator=_check_non_negative)
-    username: str | None = None
-    password: str | None = attrs.field(default=None, repr=False)
-    client_name: str | None = None
+    username: str | None = attrs.field(default=None, validator=_check_text)
+    password: str | None = attrs.field(default=None, repr=_password_repr, validator=_check_text)
+    client_name: str | None = attrs.field(default=None, validator=_check_client_name)
     ssl: bool = False
     ssl_context: SSLContext | None = None
     ssl_server_hostname: str | None = None
@@ -185,19 +233,40 @@ def parse_url(url: str) -> dict[str, Any]:
     Accepts ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` (TLS) and
     ``unix://[[user]:password@]/path?db=N``; user and password are percent-decoded.
 
-    :raises ValueError: unknown scheme or query parameter, or a value that does not parse.
+    Error messages show the URL as :func:`~trio_maint.redact_url` prints it, never the
+    password.
+
+    :raises TypeError: ``url`` is not a ``str``.
+    :raises ValueError: unknown scheme or query parameter, a value that does not parse, or
+        an ``@`` after the host part (a password holding an unencoded ``/``, ``?`` or
+        ``#``).
     """
+    if not isinstance(url, str):
+        raise TypeError(f"a Redis URL must be a str, got {type(url).__name__}")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("redis", "rediss", "unix"):
         raise ValueError(
-            f"invalid Redis URL scheme {parts.scheme!r}: expected redis://, rediss:// or unix://"
+            f"invalid Redis URL scheme {parts.scheme!r} in {redact_url(url)}: expected "
+            "redis://, rediss:// or unix://"
+        )
+    after_host = parts.path + parts.query + parts.fragment
+    if parts.netloc and "@" not in parts.netloc and "@" in after_host:
+        # ``redis://user:pa/ss@host``: the host part ends at the '/', so the password
+        # would be taken for a host and port, and its rest for a path or query.
+        raise ValueError(
+            f"cannot parse the Redis URL {redact_url(url)}: it has an '@' after its host "
+            "part; percent-encode '/', '?', '#' and '@' in the user name and password "
+            "(%2F, %3F, %23, %40), and '@' in query values (%40)"
         )
     kwargs: dict[str, Any] = {}
     for name, values in parse_qs(parts.query, keep_blank_values=True).items():
         conv = _QUERY_PARAMS.get(name)
         if conv is None:
-            raise ValueError(f"unknown Redis URL query parameter {name!r} in {url!r}")
+            raise ValueError(
+                f"unknown Redis URL query parameter {name!r} in {redact_url(url)}; known: "
+                f"{', '.join(_QUERY_PARAMS)}"
+            )
         try:
             kwargs[_ALIASES.get(name, name)] = conv(values[-1])
         except ValueError as exc:
@@ -208,15 +277,18 @@ def parse_url(url: str) -> dict[str, Any]:
         kwargs["password"] = unquote(parts.password)
     if scheme == "unix":
         if not parts.path:
-            raise ValueError(f"unix:// URL without a socket path: {url!r}")
+            raise ValueError(f"unix:// URL without a socket path: {redact_url(url)}")
         kwargs["unix_path"] = unquote(parts.path)
         return kwargs
     if parts.hostname:
         kwargs["host"] = unquote(parts.hostname)
     try:
         port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"invalid port in Redis URL {url!r}: {exc}") from None
+    except ValueError:
+        # urllib's message quotes the port text, which may be a password ("redis://u:pw").
+        raise ValueError(
+            f"invalid port in Redis URL {redact_url(url)}: expected a number in 0..65535"
+        ) from None
     if port is not None:
         kwargs["port"] = port
     path = parts.path.lstrip("/")

@@ -15,6 +15,7 @@ from typing import Any, Final, TypeAlias
 import hiredis
 
 from .errors import DataError, ProtocolError, response_error
+from .redact import bad_argument_error
 
 __all__ = [
     "NEED_DATA",
@@ -51,13 +52,8 @@ NEED_DATA: Final = _NeedData()
 
 
 def _describe_bad_arg(args: Sequence[object]) -> DataError:
-    for index, arg in enumerate(args):
-        if isinstance(arg, bool) or not isinstance(arg, str | bytes | memoryview | int | float):
-            return DataError(
-                f"invalid type for command argument {index} ({arg!r}): "
-                f"{type(arg).__name__}; convert it to bytes, str, int or float first"
-            )
-    return DataError(f"cannot encode command arguments {args!r}")
+    # Position, type and length only: arguments may be secrets (HELLO 3 AUTH, AUTH, ...).
+    return bad_argument_error(args)
 
 
 def encode_command(args: tuple[CommandArg, ...]) -> bytes:
@@ -67,13 +63,16 @@ def encode_command(args: tuple[CommandArg, ...]) -> bytes:
         ``bytes``, ``memoryview``, ``int`` or ``float``.
     :returns: the bytes to write.
     :raises DataError: an argument has another type (``bool``, ``None``, ``list``, ...);
-        the message names the argument's position and value.
+        the message names the argument's position, type and length, never a value.
     """
     try:
         # hiredis's stub types the argument as a 1-tuple and leaves the result untyped.
         return hiredis.pack_command(args)  # type: ignore[arg-type,no-any-return]
     except (TypeError, UnicodeError):
-        raise _describe_bad_arg(args) from None
+        pass
+    # Raised outside the handler: hiredis's error (which holds the value) is not kept as
+    # the DataError's __context__.
+    raise _describe_bad_arg(args)
 
 
 def encode_commands(commands: Iterable[tuple[CommandArg, ...]]) -> bytes:

@@ -23,6 +23,7 @@ from typing import Final
 
 import attrs
 
+from .loglimit import log_limited
 from .notifications import (
     FailedOver,
     FailingOver,
@@ -140,7 +141,12 @@ class RelaxedTimeouts:
             self._windows = 0
             self._window_deadline = None
             self.backstop_expirations += 1
-            logger.warning(
+            # Per connection: rate-limited across connections.
+            log_limited(
+                logger,
+                logging.WARNING,
+                "relaxed_timeout_backstop",
+                now,
                 "maintenance window not closed by the server within %.1f s; "
                 "restoring normal timeouts",
                 self.backstop,
