@@ -12,6 +12,8 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+from trio_maint._sansio.loglimit import LOG_LIMITER
+
 _ENV = os.environ.get("TRIO_MAINT_FUZZ_EXAMPLES", "").strip()
 
 #: ``True`` when running under the ``fuzz`` session (heavy variants enabled).
@@ -49,8 +51,18 @@ class WarningCounter(logging.Handler):
             self.records.append(record)
 
     def __enter__(self) -> WarningCounter:
+        LOG_LIMITER.reset()  # each (hypothesis) example starts with a fresh budget
         logging.getLogger("trio_maint").addHandler(self)
         return self
+
+    @property
+    def malformed(self) -> int:
+        """Malformed maintenance frames accounted for: WARNINGs written, plus the ones
+        the log limiter held back (reported by a later line, or still pending)."""
+        kind = "notification_malformed"
+        lines = [r for r in self.records if getattr(r, "event", None) == kind]
+        held = sum(int(getattr(r, "suppressed", 0)) for r in lines)
+        return len(lines) + held + LOG_LIMITER.pending().get(kind, 0)
 
     def __exit__(self, *exc: object) -> None:
         logging.getLogger("trio_maint").removeHandler(self)

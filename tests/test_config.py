@@ -124,7 +124,8 @@ def test_auto_workers(pool: int, workers: int) -> None:
     ],
 )
 def test_auto_queue(pool: int, max_active: int, kwargs: dict[str, int], queue: int) -> None:
-    config = MaintConfig(**kwargs).resolved(pool_size=pool, max_active_conns=max_active)
+    base = MaintConfig() if not kwargs else MaintConfig(max_workers=kwargs["max_workers"])
+    config = base.resolved(pool_size=pool, max_active_conns=max_active)
     assert config.handoff_queue_size == queue
 
 

@@ -25,6 +25,7 @@ from .._sansio.errors import (
     ConnectionError,
     HandoffDialError,
 )
+from .._sansio.loglimit import log_limited
 from .._sansio.maint import MaintenanceMachine
 from .._sansio.options import ClientOptions
 from .._sansio.trust import TargetPolicy
@@ -124,7 +125,11 @@ class Dialer:
                 # moved connections, not the workload: fall back to the configured
                 # endpoint, and let the target's breaker count it.
                 machine.dial_result(target, False, trio.current_time())
-                logger.warning(
+                log_limited(
+                    logger,
+                    logging.WARNING,
+                    "moving_target_unreachable",
+                    trio.current_time(),
                     "cannot connect to the new endpoint %s (%s); using %s",
                     target,
                     exc,

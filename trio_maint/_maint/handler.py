@@ -40,6 +40,7 @@ from .._sansio.events import (
     MovingRefused,
     NotificationReceived,
 )
+from .._sansio.loglimit import log_limited
 from .._sansio.maint import MaintenanceMachine
 from .._sansio.maint_types import (
     Action,
@@ -268,7 +269,11 @@ class MaintenanceHandler:
             return
         now = trio.current_time()
         if isinstance(result, Malformed):
-            logger.warning(
+            log_limited(
+                logger,
+                logging.WARNING,
+                "notification_malformed",
+                now,
                 "conn[%d] ignoring a malformed maintenance notification %s: %s (shape %s)",
                 conn.id,
                 result.name,
@@ -285,23 +290,51 @@ class MaintenanceHandler:
             try:
                 keep = hook.pre(conn, result)
             except Exception:
-                logger.exception("notification hook %r failed in pre()", hook)
+                log_limited(
+                    logger,
+                    logging.ERROR,
+                    "notification_hook_failed_pre",
+                    now,
+                    "notification hook %r failed in pre()",
+                    hook,
+                    extra={"event": "notification_hook_failed"},
+                    exc_info=True,
+                )
                 continue
             if keep is False:
                 logger.debug("conn[%d] %s dropped by hook %r", conn.id, result.NAME, hook)
                 return
         error: BaseException | None = None
         try:
-            self._log(conn, result)
+            self._log(conn, result, now)
             self._carry_out(self.machine.notification(key, result, now))
         except Exception as exc:
             error = exc
-            logger.exception("conn[%d] handling %s failed", conn.id, result.NAME)
+            log_limited(
+                logger,
+                logging.ERROR,
+                "notification_failed",
+                now,
+                "conn[%d] handling %s failed",
+                conn.id,
+                result.NAME,
+                extra={"event": "notification_failed", "conn_id": conn.id},
+                exc_info=True,
+            )
         for hook in hooks:
             try:
                 hook.post(conn, result, error)
             except Exception:
-                logger.exception("notification hook %r failed in post()", hook)
+                log_limited(
+                    logger,
+                    logging.ERROR,
+                    "notification_hook_failed_post",
+                    now,
+                    "notification hook %r failed in post()",
+                    hook,
+                    extra={"event": "notification_hook_failed"},
+                    exc_info=True,
+                )
         if self._hub.listening:
             self._hub.emit(
                 NotificationReceived(
@@ -310,9 +343,16 @@ class MaintenanceHandler:
             )
 
     @staticmethod
-    def _log(conn: Connection, n: Notification) -> None:
+    def _log(conn: Connection, n: Notification, now: float) -> None:
+        """INFO lines for a window opening or closing, at most one per kind per
+        :data:`~trio_maint._sansio.loglimit.LOG_INTERVAL` (a server decides how many
+        notifications arrive)."""
         if n.NAME in ("MIGRATING", "FAILING_OVER", "SMIGRATING"):
-            logger.info(
+            log_limited(
+                logger,
+                logging.INFO,
+                "timeouts_relaxed",
+                now,
                 "conn[%d] %s: timeouts relaxed",
                 conn.id,
                 n.NAME,
@@ -323,7 +363,11 @@ class MaintenanceHandler:
                 },
             )
         elif n.NAME in ("MIGRATED", "FAILED_OVER", "SMIGRATED"):
-            logger.info(
+            log_limited(
+                logger,
+                logging.INFO,
+                "timeouts_restored",
+                now,
                 "conn[%d] %s: maintenance window closed",
                 conn.id,
                 n.NAME,
@@ -439,15 +483,19 @@ class MaintenanceHandler:
         )
 
     def _log_refused(self, event: MovingRefused) -> None:
-        """One WARNING per refused endpoint (the most recent 256 remembered)."""
+        """One WARNING per refused endpoint (the most recent 256 remembered), and at most
+        one per :data:`~trio_maint._sansio.loglimit.LOG_INTERVAL` for all endpoints (a
+        flood of MOVINGs to ever new endpoints); :class:`MovingRefused` events carry
+        every one."""
         seen = self._refused_logged
         if event.endpoint in seen:
             seen.move_to_end(event.endpoint)
             return
-        seen[event.endpoint] = None
-        while len(seen) > 256:
-            seen.popitem(last=False)
-        logger.warning(
+        logged = log_limited(
+            logger,
+            logging.WARNING,
+            "moving_refused",
+            event.time,
             "MOVING seq %d to %s refused (%s): reconnecting to %s instead (docs/security.md)",
             event.seq_id,
             event.endpoint,
@@ -455,6 +503,10 @@ class MaintenanceHandler:
             self.options.address_text,
             extra={"event": "moving_refused", "endpoint": event.endpoint, "reason": event.reason},
         )
+        if logged:
+            seen[event.endpoint] = None
+            while len(seen) > 256:
+                seen.popitem(last=False)
 
     async def _run_timer(self) -> None:
         """The machine's one timer: sleeps until the earliest time it asked for."""

@@ -13,7 +13,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
+import trio
+
 from .._net.connection import Connection
+from .._sansio.loglimit import log_limited
 from .._sansio.notifications import Notification
 from .events import (
     HandoffFailed,
@@ -58,13 +61,35 @@ class LoggingHook:
     notification succeeded" at DEBUG otherwise. Records carry a machine-readable payload in
     ``extra``: ``event``, ``conn_id``, ``seq_id``, ``name``, ``notification`` (``repr``).
 
+    A server decides how many notifications arrive, so by default each of the three
+    lines is rate-limited like the client's own per-frame lines (the first, then at most
+    one per :data:`~trio_maint._sansio.loglimit.LOG_INTERVAL` seconds, the next line
+    saying how many were held back; see docs/robustness.md); pass ``rate_limit=False``
+    for a line per notification whatever the rate.
+
     :param level: logging level of the "started" line (default ``logging.INFO``).
     :param logger: the logger (default ``trio_maint.maintenance.hooks``).
+    :param rate_limit: limit the lines' rate (``bool``, default ``True``).
     """
 
-    def __init__(self, level: int = logging.INFO, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        level: int = logging.INFO,
+        logger: logging.Logger | None = None,
+        *,
+        rate_limit: bool = True,
+    ) -> None:
         self.level = level
         self.logger = logger or logging.getLogger("trio_maint.maintenance.hooks")
+        self.rate_limit = rate_limit
+
+    def _emit(self, level: int, kind: str, msg: str, *args: object, extra: dict[str, Any]) -> None:
+        if self.rate_limit:
+            log_limited(
+                self.logger, level, "hook_" + kind, trio.current_time(), msg, *args, extra=extra
+            )
+        else:
+            self.logger.log(level, msg, *args, extra=extra, stacklevel=3)
 
     def _extra(self, event: str, conn: Connection, n: Notification) -> dict[str, Any]:
         return {
@@ -77,8 +102,9 @@ class LoggingHook:
 
     def pre(self, conn: Connection, notification: Notification) -> bool:
         """Log "processing notification started" at ``level``; never drops (``True``)."""
-        self.logger.log(
+        self._emit(
             self.level,
+            "notification_started",
             "processing notification started: conn[%d] %s seq=%s",
             conn.id,
             notification.NAME,
@@ -92,7 +118,9 @@ class LoggingHook:
     ) -> None:
         """Log the outcome: WARNING with ``error`` when handling failed, else DEBUG."""
         if error is not None:
-            self.logger.warning(
+            self._emit(
+                logging.WARNING,
+                "notification_failed",
                 "processing notification failed: conn[%d] %s: %r",
                 conn.id,
                 notification.NAME,
@@ -100,7 +128,9 @@ class LoggingHook:
                 extra=self._extra("notification_failed", conn, notification),
             )
         else:
-            self.logger.debug(
+            self._emit(
+                logging.DEBUG,
+                "notification_succeeded",
                 "processing notification succeeded: conn[%d] %s",
                 conn.id,
                 notification.NAME,

@@ -28,6 +28,7 @@ from .._net.groups import unwrap_group
 from .._sansio.config import MaintConfig
 from .._sansio.endpoint import Endpoint
 from .._sansio.errors import ConnectionClosedError, HandoffDialError, HandoffQueueFullError
+from .._sansio.loglimit import log_limited
 
 __all__ = [
     "QUEUE_FULL_GRACE",
@@ -253,7 +254,11 @@ class HandoffManager(Generic[ConnT]):
             return True  # withdrawn, or reported by the shutdown
         self._queue_full += 1
         stats = self._send.statistics()
-        logger.warning(
+        log_limited(
+            logger,
+            logging.WARNING,
+            "handoff_queue_full",
+            trio.current_time(),
             "conn[%d] %s (%d/%d)",
             job.conn.id,
             QUEUE_FULL_MESSAGE,

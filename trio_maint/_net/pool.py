@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from .._sansio.errors import ConnectionClosedError, PoolTimeoutError
+from .._sansio.loglimit import log_limited
 from .connection import Connection
 from .timer import ReplyTimer
 
@@ -454,7 +455,15 @@ class ConnectionPool:
                 except trio.WouldBlock:
                     break  # max_active_conns reached
                 except Exception as exc:
-                    logger.warning("could not open a min_idle_conns connection: %s", exc)
+                    log_limited(
+                        logger,
+                        logging.WARNING,
+                        "min_idle_conns_failed",
+                        trio.current_time(),
+                        "could not open a min_idle_conns connection: %s",
+                        exc,
+                        extra={"event": "min_idle_conns_failed"},
+                    )
                     break
                 self._return_drained(conn, trio.current_time())  # through the on_put hooks
             try:

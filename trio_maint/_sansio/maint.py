@@ -30,6 +30,7 @@ from .events import (
     MovingRefused,
     MovingStarted,
 )
+from .loglimit import log_limited
 from .maint_handoffs import (
     _HANDED,
     _INF,
@@ -333,7 +334,17 @@ class MaintenanceMachine(HandoffDecisions):
         endpoint = n.endpoint
         where = endpoint if endpoint is not None else "the current address"
         extra = {"event": "moving", "seq_id": n.seq_id, "endpoint": str(endpoint)}
-        logger.info("MOVING seq %d from %s to %s", n.seq_id, source, where, extra=extra)
+        log_limited(
+            logger,
+            logging.INFO,
+            "moving",
+            now,
+            "MOVING seq %d from %s to %s",
+            n.seq_id,
+            source,
+            where,
+            extra=extra,
+        )
         actions.append(MovingSeen())
         text = None if endpoint is None else str(endpoint)
         actions.append(Emit(MovingStarted(n.seq_id, text, deadline, now)))
