@@ -84,7 +84,8 @@ def docs(session: nox.Session) -> None:
 @nox.session(python=None, default=False)
 def fuzz(session: nox.Session) -> None:
     """The robustness tests (docs/robustness.md) at full strength: 10^5 hypothesis examples
-    of the reader fuzzer (``TRIO_MAINT_FUZZ_EXAMPLES``), scaled-up random cancellation and
+    of the reader fuzzer and the parser caps' fuzzer
+    (``TRIO_MAINT_FUZZ_EXAMPLES``), scaled-up random cancellation and
     injection loops, and the heavy variants skipped in ``tests``. Takes tens of minutes;
     ``nox -s fuzz -- -k streams`` narrows it, ``TRIO_MAINT_FUZZ_EXAMPLES=2000 nox -s fuzz``
     shortens it."""
@@ -103,6 +104,7 @@ def fuzz(session: nox.Session) -> None:
         "tests/test_robust_cancel.py",
         "tests/test_robust_faults.py",
         "tests/test_robust_leaks.py",
+        "tests/test_bounded_fuzz.py",
         *session.posargs,
         env={"PYTHONDEVMODE": "1", "TRIO_MAINT_FUZZ_EXAMPLES": examples},
     )

@@ -155,15 +155,17 @@ def test_the_bound_is_about_116_days() -> None:
     "name", ["a\r\nb", "a\nb", "a\rb", "with space", "tab\there", "caf\u00e9", "nul\x00", "\x7f"]
 )
 def test_a_client_name_redis_would_refuse(name: str) -> None:
-    with pytest.raises(ValueError, match="client_name") as info:
+    with pytest.raises(DataError, match="client_name") as info:
         ClientOptions(client_name=name)
     assert "RESP3" not in str(info.value)
+    assert isinstance(info.value, trio_maint.InvalidClientNameError)
+    assert isinstance(info.value, ValueError)  # as every other invalid option
 
 
 def test_a_client_name_in_a_url() -> None:
-    with pytest.raises(ValueError, match="client_name"):
+    with pytest.raises(DataError, match="client_name"):
         ClientOptions.from_url("redis://h/0?client_name=a%0D%0Ab")
-    with pytest.raises(ValueError, match="client_name"):
+    with pytest.raises(DataError, match="client_name"):
         ClientOptions.from_url("redis://h/0?client_name=a+b")
     assert ClientOptions.from_url("redis://h/0?client_name=app-1.worker_2").client_name == (
         "app-1.worker_2"

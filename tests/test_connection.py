@@ -386,12 +386,18 @@ async def test_pipeline_path_hands_push_frames_on_and_stops_at_its_last_reply() 
     push = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"
     conn._parser.feed(push + b"+a\r\n" + push + push + b":2\r\n+b\r\n" + push + b"+next\r\n")
     replies: list[Any] = []
+    # One batch per call when it holds push frames (the caller checkpoints in between).
     assert conn._take_replies(replies, 3) is True
+    assert replies == [b"a"]
+    while len(replies) < 3:
+        conn._take_replies(replies, 3)
     assert replies == [b"a", 2, b"b"]
     assert seen == [[b"invalidate", [b"k"]]] * 3
     # The push after the third reply, and the next command's reply, are left buffered.
     replies = []
     assert conn._take_replies(replies, 1) is True
+    assert replies == []
+    assert conn._take_replies(replies, 1) is False
     assert replies == [b"next"]
     assert len(seen) == 4
     assert conn._take_replies(replies, 1) is False  # already complete: nothing taken

@@ -93,18 +93,21 @@ def splits(data: bytes, step: int = 1) -> Iterator[list[bytes]]:
 
 
 async def test_undecodable_push_in_a_pipeline_never_takes_a_reply_slot(fake_decode: Fake) -> None:
-    # Regression: hiredis skips an undecodable frame whole and cannot say what it was.
-    # Taken as a DataError reply, an invalidation push shifted every later reply by one
-    # and left the last one buffered for the next command.
+    # Regression: hiredis skipped an undecodable frame whole and could not say what it
+    # was; taken as a DataError reply, an invalidation push shifted every later reply by
+    # one (and then, issue 13, cost the connection a ProtocolError). It is now handed on
+    # with the key as bytes, and every reply is the command's own.
     got = await fake_decode.run(3, [b"+a\r\n" + BAD_PUSH + b"+b\r\n+c\r\n"])
-    assert isinstance(got, ProtocolError)
-    assert fake_decode.conn.broken
+    assert got == ["a", "b", "c"]
+    assert fake_decode.seen == [["invalidate", [b"\xff\xfe"]]]
+    assert not fake_decode.conn.broken
 
 
 async def test_undecodable_push_before_a_single_reply(fake_decode: Fake) -> None:
     got = await fake_decode.run(1, [BAD_PUSH, b"+b\r\n"], single=True)
-    assert isinstance(got, ProtocolError)
-    assert fake_decode.conn.broken
+    assert got == "b"
+    assert fake_decode.seen == [["invalidate", [b"\xff\xfe"]]]
+    assert not fake_decode.conn.broken
 
 
 async def test_undecodable_reply_is_a_dataerror_in_place_when_no_push_is_owed(
@@ -410,3 +413,40 @@ async def test_moving_and_migrating_in_the_middle_of_pipelines(
                 await trio.sleep(0.05)
             assert r.maintenance is not None
             assert any(c.port == sim_b.port for c in r.pool.connections)
+
+
+async def test_binary_key_invalidations_with_decode_responses_on_a_real_server(
+    redis_url: str,
+) -> None:
+    """Issue 13, item 6, end to end: ``CLIENT TRACKING ON`` with ``decode_responses``; a
+    key that is not UTF-8 is read, then changed by another client. Its invalidation (a
+    push frame holding the key) reaches the push handler with the key as ``bytes``, and
+    the single command and the pipeline in flight get their own replies on the same
+    connection."""
+    seen: list[Any] = []
+    options = ClientOptions.from_url(redis_url, decode_responses=True)
+    conn = Connection(options, push_handler=lambda c, f: seen.append(list(f)))
+    keys = [b"trio_maint:test:tracking:\xff\xfe", b"trio_maint:test:tracking:\xfe\xff"]
+    await conn.connect()
+    try:
+        assert await conn.execute(("CLIENT", "TRACKING", "ON")) == "OK"
+        async with trio_maint.open_redis(redis_url) as other:
+            for key, in_flight in zip(keys, ("single", "pipeline"), strict=True):
+                await other.set(key, "v1")
+                reply = await conn.execute(("GET", key))
+                assert reply == "v1"  # the key is tracked from now on
+                await other.set(key, "v2")  # the server writes the invalidation now
+                with trio.fail_after(5):
+                    while not conn.has_input():
+                        await trio.sleep(0.01)
+                if in_flight == "single":
+                    assert await conn.execute(("ECHO", "mine")) == "mine"
+                else:
+                    assert await conn.execute_many([("ECHO", "a"), ("ECHO", "b")]) == ["a", "b"]
+                assert seen[-1] == ["invalidate", [key]]
+            await other.delete(*keys)
+        assert len(seen) == 2
+        assert not conn.broken and conn.usable
+        assert await conn.execute(("PING",)) == "PONG"
+    finally:
+        await conn.aclose()

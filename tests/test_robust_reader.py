@@ -350,24 +350,15 @@ def _two_replies_after(frame: bytes) -> Script:
     return Script(((Command((), (b":1\r\n", 1)),), (Command((), (b":2\r\n", 2)),)), frame, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Known limitation (hiredis): a top-level null push frame ('>-1') parses to "
-    "None and is taken as the command's reply; its real reply then goes to the next command",
-)
 def test_null_push_frame_is_not_a_reply() -> None:
+    # Was a strict xfail (hiredis returns '>-1' as None): the parser refuses it (issue 13).
     script = _two_replies_after(b">-1\r\n")
     trio.run(play, script, [script.wire()])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Known limitation (hiredis has no attribute support): a RESP3 attribute "
-    "frame not at the start of a received chunk is parsed "
-    "by hiredis as an array and taken as the command's reply (the chunk-start check in "
-    "Connection._receive misses it)",
-)
 def test_attribute_frame_after_other_bytes_is_not_a_reply() -> None:
+    # Was a strict xfail (the chunk-start check missed it): every aggregate header after a
+    # LF is looked at now, and hiredis says whether it is one (issue 13).
     script = _two_replies_after(b"|1\r\n+ttl\r\n:3600\r\n")
     trio.run(play, script, [script.wire()])
 

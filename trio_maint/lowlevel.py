@@ -20,6 +20,7 @@ from ._net.connection import Connection
 from ._net.pool import ConnectionPool, Disposition, PoolHook, PoolStats
 from ._net.timer import ReplyTimer
 from ._sansio.breaker import BreakerRegistry, BreakerState, BreakerStats, CircuitBreaker
+from ._sansio.limits import FrameLimits
 from ._sansio.maint import (
     HANDOFF_BURST,
     HANDOFF_PACING,
@@ -72,6 +73,7 @@ __all__ = [
     "Discard",
     "Disposition",
     "Emit",
+    "FrameLimits",
     "GiveBack",
     "HandoffManager",
     "HandoffStats",

@@ -12,9 +12,8 @@ never taken here: see :mod:`trio_maint._sansio.maint` and docs/maintenance.md.
 from __future__ import annotations
 
 import itertools
-import logging
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
@@ -40,7 +39,6 @@ from .._sansio.events import (
     MovingRefused,
     NotificationReceived,
 )
-from .._sansio.loglimit import log_limited
 from .._sansio.maint import MaintenanceMachine
 from .._sansio.maint_types import (
     Action,
@@ -60,18 +58,17 @@ from .._sansio.maint_types import (
     TakeIdle,
     Verdict,
 )
-from .._sansio.notifications import Malformed, Notification, parse_notification
+from .._sansio.notifications import Malformed, parse_notification
 from .._sansio.options import ClientOptions
 from .._sansio.trust import TargetPolicy
 from .dialer import Dialer
 from .events import DEFAULT_EVENT_BUFFER, EventHub, EventStream, MaintenanceState
 from .hooks import NotificationHook
 from .link import PubSubLink
+from .logs import RefusedLog, log_failure, log_malformed, log_window, logger
 from .workers import HandoffManager, open_handoff_manager
 
 __all__ = ["DEFAULT_EVENT_BUFFER", "READONLY_MOVING_GRACE", "MaintenanceHandler"]
-
-logger = logging.getLogger("trio_maint.maintenance")
 
 #: Seconds (``float``) a write refused with ``READONLY`` waits for a MOVING before the
 #: error is raised (the old endpoint of a move turns read-only just before MOVING).
@@ -144,7 +141,7 @@ class MaintenanceHandler:
         self._wake = math.inf
         self._timer: trio.CancelScope | None = None
         self._moved: trio.Event | None = None
-        self._refused_logged: OrderedDict[str, None] = OrderedDict()
+        self._refused_log = RefusedLog(options.address_text)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -269,18 +266,7 @@ class MaintenanceHandler:
             return
         now = trio.current_time()
         if isinstance(result, Malformed):
-            log_limited(
-                logger,
-                logging.WARNING,
-                "notification_malformed",
-                now,
-                "conn[%d] ignoring a malformed maintenance notification %s: %s (shape %s)",
-                conn.id,
-                result.name,
-                result.reason,
-                result.shape,
-                extra={"event": "notification_malformed", "conn_id": conn.id},
-            )
+            log_malformed(conn.id, result, now)
             self._hub.emit(
                 MalformedNotification(conn.id, result.name, result.reason, result.shape, now)
             )
@@ -290,15 +276,11 @@ class MaintenanceHandler:
             try:
                 keep = hook.pre(conn, result)
             except Exception:
-                log_limited(
-                    logger,
-                    logging.ERROR,
+                log_failure(
                     "notification_hook_failed_pre",
                     now,
                     "notification hook %r failed in pre()",
                     hook,
-                    extra={"event": "notification_hook_failed"},
-                    exc_info=True,
                 )
                 continue
             if keep is False:
@@ -306,76 +288,33 @@ class MaintenanceHandler:
                 return
         error: BaseException | None = None
         try:
-            self._log(conn, result, now)
+            log_window(conn.id, result, now)
             self._carry_out(self.machine.notification(key, result, now))
         except Exception as exc:
             error = exc
-            log_limited(
-                logger,
-                logging.ERROR,
+            log_failure(
                 "notification_failed",
                 now,
                 "conn[%d] handling %s failed",
                 conn.id,
                 result.NAME,
-                extra={"event": "notification_failed", "conn_id": conn.id},
-                exc_info=True,
+                conn_id=conn.id,
             )
         for hook in hooks:
             try:
                 hook.post(conn, result, error)
             except Exception:
-                log_limited(
-                    logger,
-                    logging.ERROR,
+                log_failure(
                     "notification_hook_failed_post",
                     now,
                     "notification hook %r failed in post()",
                     hook,
-                    extra={"event": "notification_hook_failed"},
-                    exc_info=True,
                 )
         if self._hub.listening:
             self._hub.emit(
                 NotificationReceived(
                     conn.id, result, pubsub, None if error is None else repr(error), now
                 )
-            )
-
-    @staticmethod
-    def _log(conn: Connection, n: Notification, now: float) -> None:
-        """INFO lines for a window opening or closing, at most one per kind per
-        :data:`~trio_maint._sansio.loglimit.LOG_INTERVAL` (a server decides how many
-        notifications arrive)."""
-        if n.NAME in ("MIGRATING", "FAILING_OVER", "SMIGRATING"):
-            log_limited(
-                logger,
-                logging.INFO,
-                "timeouts_relaxed",
-                now,
-                "conn[%d] %s: timeouts relaxed",
-                conn.id,
-                n.NAME,
-                extra={
-                    "event": "timeouts_relaxed",
-                    "conn_id": conn.id,
-                    "notification_name": n.NAME,
-                },
-            )
-        elif n.NAME in ("MIGRATED", "FAILED_OVER", "SMIGRATED"):
-            log_limited(
-                logger,
-                logging.INFO,
-                "timeouts_restored",
-                now,
-                "conn[%d] %s: maintenance window closed",
-                conn.id,
-                n.NAME,
-                extra={
-                    "event": "timeouts_restored",
-                    "conn_id": conn.id,
-                    "notification_name": n.NAME,
-                },
             )
 
     # ---------------------------------------------------------------------- pool hook
@@ -465,7 +404,7 @@ class MaintenanceHandler:
                 moved.set()
         elif isinstance(action, Emit):
             if isinstance(action.event, MovingRefused):
-                self._log_refused(action.event)
+                self._refused_log.log(action.event)
             self._hub.emit(action.event)
         elif isinstance(action, SetDialTarget):
             logger.debug("new connections go to %s", action.endpoint)
@@ -481,32 +420,6 @@ class MaintenanceHandler:
         self._work.extend(
             self.machine.handoff_result(action.conn_id, Outcome.ABANDONED, now, "closed")
         )
-
-    def _log_refused(self, event: MovingRefused) -> None:
-        """One WARNING per refused endpoint (the most recent 256 remembered), and at most
-        one per :data:`~trio_maint._sansio.loglimit.LOG_INTERVAL` for all endpoints (a
-        flood of MOVINGs to ever new endpoints); :class:`MovingRefused` events carry
-        every one."""
-        seen = self._refused_logged
-        if event.endpoint in seen:
-            seen.move_to_end(event.endpoint)
-            return
-        logged = log_limited(
-            logger,
-            logging.WARNING,
-            "moving_refused",
-            event.time,
-            "MOVING seq %d to %s refused (%s): reconnecting to %s instead (docs/security.md)",
-            event.seq_id,
-            event.endpoint,
-            event.reason,
-            self.options.address_text,
-            extra={"event": "moving_refused", "endpoint": event.endpoint, "reason": event.reason},
-        )
-        if logged:
-            seen[event.endpoint] = None
-            while len(seen) > 256:
-                seen.popitem(last=False)
 
     async def _run_timer(self) -> None:
         """The machine's one timer: sleeps until the earliest time it asked for."""

@@ -44,7 +44,7 @@ from .._sansio.resp import (
 )
 from .._sansio.unset import UNSET, Unset
 from .stream import close_stream, open_stream, socket_of
-from .wire import PushHandler, StreamIO, TimeoutPolicy
+from .wire import PUSH_BURST, PushHandler, StreamIO, TimeoutPolicy
 
 __all__ = ["Connection", "HandshakeHook", "PushHandler", "TimeoutPolicy", "open_stream"]
 
@@ -108,7 +108,7 @@ class Connection(StreamIO):
         self.port = options.port if port is None else port
         self._stream = None
         self._fileno = -1
-        self._parser = RespParser(options.encoding)
+        self._parser = RespParser(options.encoding, limits=options.frame_limits)
         self._sending = False
         self._receiving = False
         self.broken = False
@@ -336,12 +336,21 @@ class Connection(StreamIO):
             count = len(commands)
             replies: list[RespValue] = []
             pushed = self._take_replies(replies, count)
-            deadline: float | None = None
+            start: float | None = None
+            deadline = _INF
             while len(replies) < count:
-                if pushed or deadline is None:
-                    # A push frame re-arms the deadline, and its relaxation applies now.
-                    deadline = self._deadline(configured)
-                await self._receive(deadline)
+                if start is None:
+                    start = trio.current_time()
+                    deadline = self._deadline_from(start, configured)
+                elif pushed:
+                    # Its relaxation applies now, measured from the start of the wait.
+                    deadline = self._deadline_after_push(configured, start, deadline)
+                if pushed and self._parser.has_data():
+                    # More buffered after a batch holding push frames: a schedule point
+                    # between batches, so that a flood never blocks the event loop long.
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await self._receive(deadline)
                 pushed = self._take_replies(replies, count)
             return replies
         except BaseException:
@@ -448,17 +457,29 @@ class Connection(StreamIO):
         try:
             timeout = self.options.socket_timeout or 5.0
             deadline = trio.current_time() + timeout
+            burst = 0
             while True:
                 reply = self._next_parsed()
                 if reply is NEED_DATA:
                     if not self._readable() and not self._parser.has_data():
                         break
-                        # Part of a frame is buffered: wait for the rest, bounded.
+                    # Part of a frame is buffered: wait for the rest, bounded.
                     await self._receive(deadline)
+                    burst = 0
                     continue
                 if reply.__class__ is PushNotification:
                     self._parser.pushes_taken(1)
                     self.dispatch_push(reply)
+                    burst += 1
+                    if burst >= PUSH_BURST:
+                        await trio.lowlevel.checkpoint()  # (as in _read_reply)
+                        burst = 0
+                    if trio.current_time() >= deadline:
+                        # Push frames without end: the check gives up (the connection
+                        # is discarded) at its deadline, however fast they come.
+                        raise TimeoutError(
+                            f"{self.endpoint_text} kept sending push frames to an idle connection"
+                        )
                     continue
                 raise ProtocolError(f"unexpected reply on an idle connection: {reply!r:.200}")
         except trio.Cancelled:

@@ -28,6 +28,7 @@ from .._sansio.errors import (
     TimeoutError,
     not_written,
 )
+from .._sansio.loglimit import log_limited
 from .._sansio.options import ClientOptions
 from .._sansio.resp import NEED_DATA, PushNotification, RespParser, RespValue
 from .._sansio.unset import UNSET, Unset
@@ -37,12 +38,16 @@ if TYPE_CHECKING:
     from .connection import Connection
     from .timer import ReplyTimer
 
-__all__ = ["PushHandler", "StreamIO", "TimeoutPolicy"]
+__all__ = ["PUSH_BURST", "PushHandler", "StreamIO", "TimeoutPolicy"]
 
 logger = logging.getLogger("trio_maint.connection")
 
 _RECEIVE_SIZE: Final = 65536
 _INF: Final = math.inf
+#: Push frames handed on in a row, from bytes already buffered, before a reply wait
+#: checkpoints (``int``): a flood of buffered push frames never blocks the event loop
+#: for long (docs/robustness.md).
+PUSH_BURST: Final = 32
 
 #: ``push_handler(connection, frame)``: called synchronously, without awaiting, for every
 #: RESP3 push frame the connection reads (pub/sub messages, maintenance notifications,
@@ -103,12 +108,38 @@ class StreamIO:
         return format_host_port(self.host, self.port)
 
     def _deadline(self, configured: float | None) -> float:
+        return self._deadline_from(trio.current_time(), configured)
+
+    def _deadline_from(self, start: float, configured: float | None) -> float:
+        """``start`` (Trio time) plus the timeout in force at ``start``: ``configured``
+        seconds (``None``: no deadline), as the timeout policy may relax it."""
         policy = self.timeouts
         if policy is not None:
-            configured = policy.effective(configured, trio.current_time())
+            configured = policy.effective(configured, start)
         if configured is None:
             return _INF
-        return trio.current_time() + configured
+        return start + configured
+
+    def _deadline_after_push(
+        self, configured: float | None, start: float, deadline: float
+    ) -> float:
+        """The reply deadline after a push frame was handed on, for a wait that started at
+        ``start`` (Trio time) with ``deadline``: the timeout in force now, measured from
+        ``start`` (a relaxation the frame brought, e.g. MIGRATING, lengthens the wait up to
+        ``start`` + the relaxed timeout), never shorter than before, never re-armed from
+        now: an endless stream of push frames ends in ``TimeoutError`` on time.
+
+        :raises TimeoutError: the deadline has passed.
+        """
+        now = trio.current_time()
+        policy = self.timeouts
+        if policy is not None:
+            configured = policy.effective(configured, now)
+        if configured is not None and start + configured > deadline:
+            deadline = start + configured
+        if now >= deadline:
+            raise TimeoutError(f"no reply from {self.endpoint_text} within the socket timeout")
+        return deadline
 
     async def _send(
         self,
@@ -175,7 +206,7 @@ class StreamIO:
         try:
             return parser._gets()
         except UnicodeDecodeError as exc:
-            # hiredis skipped the rest of this reply: the stream is still in sync.
+            # A reply that did not decode (a push frame comes out with bytes in it).
             return DataError(f"reply could not be decoded as {self.options.encoding}: {exc}")
         except Exception as exc:
             raise parser.failure(exc)  # failure() chains the cause
@@ -184,19 +215,19 @@ class StreamIO:
         """Append whole replies buffered to ``replies`` until it holds ``count`` (a
         pipeline's path: one batch call into hiredis, see :meth:`RespParser.take_replies`),
         handing push frames among them to ``push_handler`` instead. Never takes a byte
-        past the ``count``-th reply. Returns whether a push frame was handed on."""
-        pushed = False
+        past the ``count``-th reply. Returns whether a push frame was handed on: then it
+        stopped after one batch, and more may be buffered (:meth:`RespParser.has_data`)."""
         while True:
             start = len(replies)
             wanted = count - start
             if wanted <= 0 or not self._parser.take_replies(replies, wanted):
-                return pushed
+                return False
             taken = replies[start:]
             types = list(map(type, taken))
             try:
                 index = types.index(PushNotification)
             except ValueError:
-                return pushed
+                return False
             # Take the push frames out (list.index and slices: no Python step per reply).
             del replies[start + index :]
             while True:
@@ -209,9 +240,9 @@ class StreamIO:
                     replies.extend(taken[pos:])
                     break
                 replies.extend(taken[pos:index])
-            pushed = True
-            if len(taken) < wanted:  # the buffer is drained
-                return pushed
+            # One batch at a time: the caller checkpoints between batches holding push
+            # frames (a flood of them never blocks the event loop for long).
+            return True
 
     async def _read_reply(
         self, configured: float | None, reply: RespValue | Literal[Unset.UNSET] = UNSET
@@ -219,32 +250,29 @@ class StreamIO:
         """The next reply, waiting for it; ``reply``: what the caller just parsed (default:
         parse first)."""
         if reply is UNSET:
-            reply = self._next_reply()
+            reply = self._next_parsed()
             if reply is not NEED_DATA and reply.__class__ is not PushNotification:
                 return reply
-        deadline = self._deadline(configured)
+        start = trio.current_time()
+        deadline = self._deadline_from(start, configured)
+        burst = 0
         while True:
             if reply is NEED_DATA:
                 await self._receive(deadline)
+                burst = 0
             elif reply.__class__ is PushNotification:
                 self._parser.pushes_taken(1)
                 self.dispatch_push(reply)
-                # A push frame re-arms the reply's deadline, and its relaxation applies now.
-                deadline = self._deadline(configured)
+                # Its relaxation applies now, measured from the start of the wait.
+                deadline = self._deadline_after_push(configured, start, deadline)
+                burst += 1
+                if burst >= PUSH_BURST:
+                    # A flood of buffered push frames never blocks the event loop long.
+                    await trio.lowlevel.checkpoint()
+                    burst = 0
             else:
                 return reply
-            reply = self._next_reply()
-
-    def _next_reply(self) -> RespValue:
-        # _next_parsed for a reply: an undecodable frame that may have been a push frame
-        # raises ProtocolError (RespParser.undecodable) rather than take the reply's place.
-        parser = self._parser
-        try:
-            return parser._gets()
-        except UnicodeDecodeError as exc:
-            return parser.undecodable(exc)
-        except Exception as exc:
-            raise parser.failure(exc)  # failure() chains the cause
+            reply = self._next_parsed()
 
     async def _receive(self, deadline: float) -> None:
         stream = self._stream
@@ -313,7 +341,7 @@ class StreamIO:
             raise ConnectionClosedError(f"connection {self.id} was closed") from exc
         if not data:
             raise ConnectionError(f"server {self.endpoint_text} closed the connection")
-        self._parser.feed(data)  # raises ProtocolError on a RESP3 attribute frame
+        self._parser.feed(data)  # raises ProtocolError on a frame past a cap
 
     def _wake_reply_wait(self, *, timed_out: bool) -> None:
         """Called by the :class:`ReplyTimer`: wake this connection's armed reply wait. It
@@ -326,7 +354,8 @@ class StreamIO:
 
     def dispatch_push(self, frame: list[Any]) -> None:
         """Hand one push frame to ``push_handler`` (logged and dropped when there is
-        none, or when the handler raises)."""
+        none, or when the handler raises: then at a bounded rate, see
+        :func:`~trio_maint._sansio.loglimit.log_limited`)."""
         handler = self.push_handler
         if handler is None:
             logger.debug("connection %d: push frame with no handler: %.200r", self.id, frame)
@@ -334,7 +363,17 @@ class StreamIO:
         try:
             handler(cast("Connection", self), frame)
         except Exception:
-            logger.exception("connection %d: push handler failed on %.200r", self.id, frame)
+            log_limited(
+                logger,
+                logging.ERROR,
+                "push_handler_failed",
+                trio.current_time(),
+                "connection %d: push handler failed on %.200r",
+                self.id,
+                frame,
+                extra={"event": "push_handler_failed", "conn_id": self.id},
+                exc_info=True,
+            )
 
     def has_input(self) -> bool:
         """Whether bytes wait to be read (on the socket or buffered), without reading."""

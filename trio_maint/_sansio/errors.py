@@ -27,6 +27,7 @@ __all__ = [
     "HandoffError",
     "HandoffQueueFullError",
     "HandoffRetriesExhaustedError",
+    "InvalidClientNameError",
     "LoadingError",
     "MaintenanceNotSupportedError",
     "MovedError",
@@ -107,6 +108,13 @@ class DataError(RedisError):
     ``memoryview``, ``int`` and ``float`` can), a ``str`` that is not valid UTF-8, a
     value out of range, or no command at all. The message names the argument's position,
     type and length, never its value (it may be a password)."""
+
+
+class InvalidClientNameError(DataError, ValueError):
+    """A ``client_name`` Redis would refuse (``CLIENT SETNAME``, ``HELLO ... SETNAME``
+    accept printable ASCII without spaces, ``'!'`` to ``'~'``): raised when the options
+    are built, before any connection is made. A :class:`DataError`, and a ``ValueError``
+    as every other invalid option."""
 
 
 class MaintenanceNotSupportedError(ConnectionError):

@@ -16,6 +16,14 @@ import attrs
 
 from .config import MAX_SECONDS, MaintConfig
 from .endpoint import format_host_port
+from .errors import InvalidClientNameError
+from .limits import (
+    DEFAULT_MAX_AGGREGATE_LEN,
+    DEFAULT_MAX_BULK_LEN,
+    FrameLimits,
+    check_cap,
+    check_optional_cap,
+)
 from .redact import REDACTED, redact_url
 
 __all__ = ["ClientOptions", "parse_url"]
@@ -55,7 +63,7 @@ def _check_client_name(instance: object, attribute: attrs.Attribute[Any], value:
     # Redis refuses names with spaces, newlines or anything outside '!'..'~' (CLIENT
     # SETNAME, HELLO SETNAME): say so here, not as a refused handshake.
     if value and not all("!" <= c <= "~" for c in value):
-        raise ValueError(
+        raise InvalidClientNameError(
             "client_name may only hold printable ASCII characters without spaces "
             "('!' to '~'): Redis refuses spaces, newlines and other characters in it"
         )
@@ -103,7 +111,9 @@ class ClientOptions:
     * ``db`` (``int``, default 0): selected with ``SELECT`` in the handshake when not 0.
     * ``username`` / ``password`` (``str | None``): sent with ``HELLO 3 AUTH``.
     * ``client_name`` (``str | None``): sent with ``HELLO 3 SETNAME``; printable ASCII
-      without spaces (``'!'`` to ``'~'``), as Redis requires.
+      without spaces (``'!'`` to ``'~'``), as Redis requires (else
+      :class:`~trio_maint.InvalidClientNameError`, a ``DataError`` and a ``ValueError``,
+      raised here rather than as a refused handshake).
     * ``ssl`` (``bool``): TLS (``rediss://``); ``ssl_context`` (:class:`ssl.SSLContext`,
       default :func:`ssl.create_default_context`); ``ssl_server_hostname`` (``str | None``,
       default ``host``).
@@ -121,6 +131,15 @@ class ClientOptions:
       :class:`~trio_maint.PoolTimeoutError`.
     * ``maintenance`` (:class:`~trio_maint.MaintConfig` or ``None`` for the defaults):
       maintenance-notification handling, see docs/maintenance.md.
+    * ``max_bulk_len`` (``int`` bytes, default 512 MiB, as Redis's ``proto-max-bulk-len``):
+      a bulk string declared longer fails its command with
+      :class:`~trio_maint.ProtocolError` and the connection is discarded.
+    * ``max_aggregate_len`` (``int``, default 2**24): the most elements an aggregate reply
+      may declare (for a map, entries), and the most one reply's aggregates may declare
+      ahead of the bytes received (hiredis allocates them at once); past it, as above.
+    * ``max_reply_bytes`` (``int`` bytes or ``None``, the default): an optional cap on
+      one reply's size on the wire; set, every received byte's framing is followed in
+      Python (CPU on replies of many small values). See docs/robustness.md.
     """
 
     host: str = "localhost"
@@ -150,6 +169,9 @@ class ClientOptions:
         default=5.0, converter=_optional_float, validator=_check_timeout
     )
     maintenance: MaintConfig | None = attrs.field(default=None, validator=_check_maintenance)
+    max_bulk_len: int = attrs.field(default=DEFAULT_MAX_BULK_LEN, validator=check_cap)
+    max_aggregate_len: int = attrs.field(default=DEFAULT_MAX_AGGREGATE_LEN, validator=check_cap)
+    max_reply_bytes: int | None = attrs.field(default=None, validator=check_optional_cap)
 
     @pool_size.validator
     def _check_pool_size(self, attribute: attrs.Attribute[int], value: int) -> None:
@@ -165,6 +187,12 @@ class ClientOptions:
             raise ValueError("min_idle_conns must be <= pool_size")
         if self.unix_path is not None and self.ssl:
             raise ValueError("ssl cannot be used with a Unix socket")
+
+    @property
+    def frame_limits(self) -> FrameLimits:
+        """The parser's caps (``max_bulk_len``, ``max_aggregate_len``, ``max_reply_bytes``)
+        as a :class:`~trio_maint.lowlevel.FrameLimits`."""
+        return FrameLimits(self.max_bulk_len, self.max_aggregate_len, self.max_reply_bytes)
 
     @property
     def encoding(self) -> str | None:
@@ -206,6 +234,12 @@ def _to_timeout(value: str) -> float | None:
     return float(value)
 
 
+def _to_optional_int(value: str) -> int | None:
+    if value.lower() in ("", "none", "null"):
+        return None
+    return int(value)
+
+
 _QUERY_PARAMS: Mapping[str, Callable[[str], Any]] = {
     "db": int,
     "socket_timeout": _to_timeout,
@@ -222,6 +256,9 @@ _QUERY_PARAMS: Mapping[str, Callable[[str], Any]] = {
     "username": str,
     "password": str,
     "ssl_server_hostname": str,
+    "max_bulk_len": int,
+    "max_aggregate_len": int,
+    "max_reply_bytes": _to_optional_int,
 }
 
 _ALIASES = {"socket_connect_timeout": "connect_timeout", "max_connections": "pool_size"}
