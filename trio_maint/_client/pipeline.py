@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import trio
 
 from .._net.connection import Connection
+from .._sansio.blocking import TimeUnit, command_timeout, pipeline_reply_timeout, reply_timeout
 from .._sansio.commands import CommandsMixin, KeyT
 from .._sansio.errors import (
     ConnectionClosedError,
@@ -71,6 +72,9 @@ class Pipeline(CommandsMixin["Pipeline"]):
         self._client = client
         self.transaction = transaction
         self._stack: list[tuple[tuple[CommandArg, ...], Callback | None]] = []
+        # A blocking command was queued: execute() works out the reply wait.
+        self._blocking = False
+        self._reply_wait: float | Literal[Unset.UNSET] | None = UNSET
         self._conn: Connection | None = None
         self.watching = False
         self._explicit_multi = False
@@ -100,11 +104,16 @@ class Pipeline(CommandsMixin["Pipeline"]):
         *,
         timeout: float | Literal[Unset.UNSET] | None = UNSET,
     ) -> Pipeline:
+        if timeout is not UNSET:  # a blocking command (see _blocking_timeout)
+            self._blocking = True
         self._stack.append((args, callback))
         return self
 
-    def _blocking_timeout(self, timeout: float) -> float | None:
-        return None
+    def _blocking_timeout(self, timeout: float | None, unit: TimeUnit = "s") -> float | None:
+        """As :meth:`Redis._blocking_timeout`; a command queued with it makes
+        :meth:`execute` wait for the queued commands' timeouts too
+        (:func:`~trio_maint._sansio.blocking.pipeline_reply_timeout`)."""
+        return reply_timeout(timeout, self._client.options.socket_timeout, unit)
 
     def execute_command(self, *args: CommandArg) -> Pipeline:
         """Queue any command (``args`` as for :meth:`Redis.execute_command`); returns the
@@ -113,6 +122,8 @@ class Pipeline(CommandsMixin["Pipeline"]):
         :raises DataError: no arguments (nothing is queued).
         """
         check_command(args)
+        if command_timeout(args) is not None:
+            self._blocking = True
         self._stack.append((args, None))
         return self
 
@@ -156,7 +167,9 @@ class Pipeline(CommandsMixin["Pipeline"]):
         """
         check_command(args)
         conn = await self._connection()
-        reply = await conn.execute(args)
+        seconds = command_timeout(args)
+        wait = UNSET if seconds is None else reply_timeout(seconds, conn.options.socket_timeout)
+        reply = await conn.execute(args, timeout=wait)
         if isinstance(reply, RedisError):
             raise reply
         return reply
@@ -187,6 +200,12 @@ class Pipeline(CommandsMixin["Pipeline"]):
             may or may not have run.
         """
         stack, self._stack = self._stack, []
+        if self._blocking:
+            self._blocking = False
+            # Inside MULTI/EXEC nothing blocks: only a plain pipeline waits longer.
+            if not (self.transaction or self._explicit_multi):
+                socket_timeout = self._client.options.socket_timeout
+                self._reply_wait = pipeline_reply_timeout([a for a, _ in stack], socket_timeout)
         try:
             if not stack and not self.watching:
                 await trio.lowlevel.checkpoint()
@@ -208,13 +227,13 @@ class Pipeline(CommandsMixin["Pipeline"]):
         while queueing (it ran nothing) is sent again whole; a write that failed before
         anything was handed to the kernel is sent again. What may have run never is."""
         if self._conn is not None:
-            return await self._conn.execute_many(commands)
+            return await self._conn.execute_many(commands, timeout=self._reply_wait)
         # The first attempt, as _attempt but inline: no extra coroutine on the hot path.
         pool = self._client.pool
         conn = await pool.acquire_for_reply()
         result: list[Any] | ConnectionError
         try:
-            result = await conn.execute_many(commands)
+            result = await conn.execute_many(commands, timeout=self._reply_wait)
         except ConnectionError as exc:
             if exc.written:
                 raise
@@ -240,7 +259,7 @@ class Pipeline(CommandsMixin["Pipeline"]):
         pool = self._client.pool
         conn = await pool.acquire_for_reply()
         try:
-            return await conn.execute_many(commands), conn
+            return await conn.execute_many(commands, timeout=self._reply_wait), conn
         except ConnectionError as exc:
             if exc.written:
                 raise
@@ -343,6 +362,8 @@ class Pipeline(CommandsMixin["Pipeline"]):
     async def reset(self) -> None:
         """Drop queued commands, ``UNWATCH``, and give the held connection back."""
         self._stack = []
+        self._blocking = False
+        self._reply_wait = UNSET
         self._explicit_multi = False
         conn, self._conn = self._conn, None
         if conn is None:

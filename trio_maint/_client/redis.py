@@ -15,6 +15,7 @@ from .._net.connection import Connection
 from .._net.groups import unwrap_group
 from .._net.pool import ConnectionPool
 from .._net.timer import ReplyTimer
+from .._sansio.blocking import TimeUnit, command_timeout, reply_timeout
 from .._sansio.commands import CommandsMixin, KeyT
 from .._sansio.config import MaintConfig
 from .._sansio.errors import ConnectionError, RedisError, WatchError, check_command
@@ -91,6 +92,11 @@ class Redis(CommandsMixin[Awaitable[Any]]):
         :raises PoolTimeoutError: no connection became free within ``pool_timeout``.
         """
         check_command(args)
+        if timeout is UNSET:
+            # A blocking command waits for its own timeout too (docs/streams.md).
+            seconds = command_timeout(args)
+            if seconds is not None:
+                timeout = reply_timeout(seconds, self.options.socket_timeout)
         return await self._command(args, timeout=timeout)
 
     async def _command(
@@ -169,10 +175,11 @@ class Redis(CommandsMixin[Awaitable[Any]]):
             return False
         return await handler.wait_for_moving(conn)
 
-    def _blocking_timeout(self, timeout: float) -> float | None:
-        if not timeout:
-            return None
-        return float(timeout) + (self.options.socket_timeout or 0.0)
+    def _blocking_timeout(self, timeout: float | None, unit: TimeUnit = "s") -> float | None:
+        """The reply wait of a blocking command whose own timeout is ``timeout``
+        (counted in ``unit``: ``"s"`` or ``"ms"``; ``None``: it does not block): see
+        :func:`~trio_maint._sansio.blocking.reply_timeout`."""
+        return reply_timeout(timeout, self.options.socket_timeout, unit)
 
     def pipeline(self, transaction: bool = True) -> Pipeline:
         """A new :class:`~trio_maint.Pipeline`; ``transaction=True`` wraps its commands in

@@ -26,6 +26,7 @@ import trio
 from .._client.pipeline import caller_deadline
 from .._client.redis import Redis, open_redis
 from .._net.groups import unwrap_group
+from .._sansio.blocking import TimeUnit, command_timeout, reply_timeout
 from .._sansio.commands import CommandsMixin, KeyT
 from .._sansio.endpoint import format_host_port, split_host_port
 from .._sansio.errors import (
@@ -426,12 +427,18 @@ class RedisCluster(SlotMapRefresh, CommandsMixin[Awaitable[Any]]):
         :raises ResponseError, ConnectionError, TimeoutError: as the class docs say.
         """
         check_command(args)
+        if timeout is UNSET:
+            # A blocking command waits for its own timeout too (docs/streams.md).
+            seconds = command_timeout(args)
+            if seconds is not None:
+                timeout = reply_timeout(seconds, self.options.socket_timeout)
         return await self._command(args, None, timeout=timeout)
 
-    def _blocking_timeout(self, timeout: float) -> float | None:
-        if not timeout:
-            return None
-        return float(timeout) + (self.options.socket_timeout or 0.0)
+    def _blocking_timeout(self, timeout: float | None, unit: TimeUnit = "s") -> float | None:
+        """The reply wait of a blocking command whose own timeout is ``timeout``
+        (counted in ``unit``: ``"s"`` or ``"ms"``; ``None``: it does not block): see
+        :func:`~trio_maint._sansio.blocking.reply_timeout`."""
+        return reply_timeout(timeout, self.options.socket_timeout, unit)
 
     # ---------------------------------------------------------------- helpers
 

@@ -12,6 +12,7 @@ import trio
 
 from .._client.pipeline import caller_deadline
 from .._net.groups import unwrap_group
+from .._sansio.blocking import TimeUnit, command_timeout, pipeline_reply_timeout, reply_timeout
 from .._sansio.commands import CommandsMixin
 from .._sansio.errors import (
     ClusterDownError,
@@ -65,6 +66,10 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
         self._cluster = cluster
         self.transaction = transaction
         self._stack: list[tuple[tuple[CommandArg, ...], Callback | None]] = []
+        # A blocking command was queued / is in the batch being executed: each node's
+        # write waits for its commands' timeouts too (pipeline_reply_timeout).
+        self._blocking = False
+        self._blocking_run = False
 
     def __len__(self) -> int:
         return len(self._stack)
@@ -92,11 +97,16 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
         *,
         timeout: float | Literal[Unset.UNSET] | None = UNSET,
     ) -> ClusterPipeline:
+        if timeout is not UNSET:  # a blocking command (see _blocking_timeout)
+            self._blocking = True
         self._stack.append((args, callback))
         return self
 
-    def _blocking_timeout(self, timeout: float) -> float | None:
-        return None
+    def _blocking_timeout(self, timeout: float | None, unit: TimeUnit = "s") -> float | None:
+        """As :meth:`RedisCluster._blocking_timeout`; a command queued with it makes
+        :meth:`execute` wait for the queued commands' timeouts too, per node
+        (:func:`~trio_maint._sansio.blocking.pipeline_reply_timeout`)."""
+        return reply_timeout(timeout, self._cluster.options.socket_timeout, unit)
 
     def execute_command(self, *args: CommandArg) -> ClusterPipeline:
         """Queue any command; returns the pipeline.
@@ -104,6 +114,8 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
         :raises DataError: no arguments (nothing is queued).
         """
         check_command(args)
+        if command_timeout(args) is not None:
+            self._blocking = True
         self._stack.append((args, None))
         return self
 
@@ -121,6 +133,7 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
             ``raise_on_error`` the error is in its place); a transaction raises it always.
         """
         stack, self._stack = self._stack, []
+        self._blocking_run, self._blocking = self._blocking, False
         if not stack:
             await trio.lowlevel.checkpoint()
             return []
@@ -164,8 +177,11 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
             if cluster.closed:
                 raise
             return exc, False
+        wait: float | Literal[Unset.UNSET] | None = UNSET
+        if self._blocking_run:
+            wait = pipeline_reply_timeout(commands, node.client.options.socket_timeout)
         try:
-            return await conn.execute_many(commands), None
+            return await conn.execute_many(commands, timeout=wait), None
         except (ConnectionError, RedisTimeoutError, ProtocolError) as exc:
             if cluster.closed:
                 raise
