@@ -22,6 +22,7 @@ from . import lowlevel as lowlevel
 from ._client.pipeline import Pipeline
 from ._client.pubsub import Message, PubSub
 from ._client.redis import Redis, open_redis
+from ._client.script import Script
 from ._cluster.client import RedisCluster, open_redis_cluster
 from ._cluster.pipeline import ClusterPipeline
 from ._cluster.pubsub import ClusterPubSub
@@ -161,6 +162,7 @@ __all__ = [
     "ResponseError",
     "SMigrated",
     "SMigrating",
+    "Script",
     "SlotMap",
     "TimeoutError",
     "TryAgainError",

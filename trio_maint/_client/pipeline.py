@@ -15,6 +15,7 @@ from .._sansio.errors import (
     ConnectionClosedError,
     ConnectionError,
     ExecAbortError,
+    NoScriptError,
     ReadOnlyError,
     RedisError,
     ResponseError,
@@ -32,7 +33,9 @@ from .._sansio.retry import (
     classify,
     classify_transaction,
 )
+from .._sansio.scripts import first_calls_as_eval
 from .._sansio.unset import UNSET, Unset
+from .script import PipelineScripting, resend_noscript
 
 if TYPE_CHECKING:
     from .redis import Redis
@@ -48,7 +51,7 @@ def caller_deadline() -> float | None:
     return None if deadline == math.inf else deadline
 
 
-class Pipeline(CommandsMixin["Pipeline"]):
+class Pipeline(PipelineScripting, CommandsMixin["Pipeline"]):
     """Commands queued locally and sent in one write; replies read in order.
 
     Get one from :meth:`Redis.pipeline`. Command methods queue and return the pipeline
@@ -211,7 +214,8 @@ class Pipeline(CommandsMixin["Pipeline"]):
                 await trio.lowlevel.checkpoint()
                 return []
             if self.transaction or self._explicit_multi:
-                return await self._execute_transaction(stack, raise_on_error)
+                # Each script's first call as EVAL: no NOSCRIPT inside EXEC (script.py).
+                return await self._execute_transaction(first_calls_as_eval(stack), raise_on_error)
             return await self._execute_pipeline(stack, raise_on_error)
         finally:
             await self.reset()
@@ -322,6 +326,10 @@ class Pipeline(CommandsMixin["Pipeline"]):
         self, stack: list[tuple[tuple[CommandArg, ...], Callback | None]], raise_on_error: bool
     ) -> list[Any]:
         replies = await self._run([args for args, _ in stack])
+        if NoScriptError in map(type, replies):  # script calls resent as EVAL (script.py)
+            replies = await resend_noscript(
+                stack, replies, lambda _i, s: self._run([a for a, _ in s])
+            )
         results = [
             r if isinstance(r, RedisError) or cb is None else apply_callback(cb, r, args)
             for r, (args, cb) in zip(replies, stack, strict=True)

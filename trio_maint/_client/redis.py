@@ -26,6 +26,7 @@ from .._sansio.retry import STANDALONE_POLICY, Finish, RetryState, WaitForMoving
 from .._sansio.unset import UNSET, Unset
 from .pipeline import Pipeline, caller_deadline
 from .pubsub import PubSub
+from .script import Scripting
 
 __all__ = ["Redis", "open_redis"]
 
@@ -40,7 +41,7 @@ def _require_trio(name: str) -> None:
         )
 
 
-class Redis(CommandsMixin[Awaitable[Any]]):
+class Redis(Scripting, CommandsMixin[Awaitable[Any]]):
     """A Redis client over a bounded connection pool. Get one from :func:`open_redis`.
 
     Every command method is a coroutine returning the reply (see

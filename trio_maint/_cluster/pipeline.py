@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
 import trio
 
 from .._client.pipeline import caller_deadline
+from .._client.script import PipelineScripting, resend_noscript
 from .._net.groups import unwrap_group
 from .._sansio.blocking import TimeUnit, command_timeout, pipeline_reply_timeout, reply_timeout
 from .._sansio.commands import CommandsMixin
@@ -19,6 +20,7 @@ from .._sansio.errors import (
     ConnectionError,
     CrossSlotError,
     ExecAbortError,
+    NoScriptError,
     ProtocolError,
     RedisError,
     ResponseError,
@@ -38,6 +40,7 @@ from .._sansio.retry import (
     classify,
     classify_transaction,
 )
+from .._sansio.scripts import first_calls_as_eval
 from .._sansio.unset import UNSET, Unset
 from .node import Node
 from .redirects import COUNTER_NAMES, final_error, target_node
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["ClusterPipeline", "keys_slot_of"]
 
 
-class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
+class ClusterPipeline(PipelineScripting, CommandsMixin["ClusterPipeline"]):
     """Commands queued locally, sent per node in one write each (concurrently), replies
     returned in the order queued. Get one from :meth:`RedisCluster.pipeline`.
 
@@ -145,9 +148,14 @@ class ClusterPipeline(CommandsMixin["ClusterPipeline"]):
             except KeyError:
                 slots.append(await cluster._slot_of_unknown(args))
         if self.transaction:
-            replies = await self._execute_transaction(stack, slots)
+            # Each script's first call as EVAL: no NOSCRIPT inside EXEC (script.py).
+            replies = await self._execute_transaction(first_calls_as_eval(stack), slots)
         else:
             replies = await self._execute_pipeline(stack, slots)
+            if NoScriptError in map(type, replies):  # resent as EVAL, per node (script.py)
+                replies = await resend_noscript(
+                    stack, replies, lambda i, s: self._execute_pipeline(s, [slots[x] for x in i])
+                )
         results = [
             r if isinstance(r, RedisError) or cb is None else apply_callback(cb, r, args)
             for r, (args, cb) in zip(replies, stack, strict=True)
