@@ -40,6 +40,8 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(Dialer|open|TimeoutPolicy|HandshakeHook|describe_shape|feed|at_boundary)"),
     (r"py:.*", r"(Action|trio_maint\.Connection|Connection|StreamIO|Unset|ReplyWaiter)"),
     (r"py:.*", r"(EventHub|Subscriber|ConnectionSelector)"),
+    # The mixins giving the clients and pipelines register_script (_client/script.py).
+    (r"py:.*", r"(Scripting|PipelineScripting)"),
 ]
 
 html_theme = "alabaster"

@@ -318,19 +318,22 @@ async def test_function_load_and_fcall(own: trio_maint.Redis) -> None:
             assert await pipe.execute() == [7, b"7"]
 
 
-async def test_function_methods(own: trio_maint.Redis) -> None:
-    """The generated methods, when they exist (helper G's part of issue 14)."""
+async def test_function_and_script_methods(own: trio_maint.Redis) -> None:
+    """The generated methods (FUNCTION LOAD, FCALL, FCALL_RO, SCRIPT LOAD/EXISTS, EVALSHA)
+    with register_script's digests."""
     n = next(_serial)
-    methods = ("function_load", "fcall", "fcall_ro")
-    if not all(hasattr(trio_maint.Redis, m) for m in methods):
-        pytest.skip("the generated methods function_load/fcall/fcall_ro are not there yet")
-    typed: Any = own  # until then, mypy cannot see them either
     lib = LIBRARY.format(n=f"{n}m")
     with trio.fail_after(TIMEOUT):
-        assert await typed.function_load(lib, replace=True) in (f"tmlib{n}m", f"tmlib{n}m".encode())
-        assert await typed.fcall(f"tm_incr{n}m", 1, "g", 3) == 3
-        assert await typed.fcall_ro(f"tm_get{n}m", 1, "g") == b"3"
+        assert await own.function_load(lib, replace=True) in (f"tmlib{n}m", f"tmlib{n}m".encode())
+        assert await own.fcall(f"tm_incr{n}m", 1, "g", 3) == 3
+        assert await own.fcall_ro(f"tm_get{n}m", 1, "g") == b"3"
         async with own.pipeline() as pipe:
-            typed_pipe: Any = pipe
-            typed_pipe.fcall(f"tm_incr{n}m", 1, "g", 4).fcall_ro(f"tm_get{n}m", 1, "g")
+            pipe.fcall(f"tm_incr{n}m", 1, "g", 4).fcall_ro(f"tm_get{n}m", 1, "g")
             assert await pipe.execute() == [7, b"7"]
+        source = fresh_source()
+        script = own.register_script(source)
+        assert await own.script_exists(script.sha) == [False]
+        assert await own.script_load(source) in (script.sha, script.sha.encode())
+        assert await own.script_exists(script.sha) == [True]
+        assert await own.evalsha(script.sha, 1, "h", "v") == [b"h", b"v", b"1"]
+        assert await script(["h"], ["w"]) == [b"h", b"w", b"2"]

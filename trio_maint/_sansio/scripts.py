@@ -1,6 +1,5 @@
 """Lua scripts called by their SHA1 digest, sans-IO (no Trio import): the decisions behind
-:class:`~trio_maint.Script` (trio_maint/_client/script.py, docs/usage of
-``register_script``).
+:class:`~trio_maint.Script` (trio_maint/_client/script.py; docs/scripting.md).
 
 A script is sent as ``EVALSHA sha numkeys keys... args...``; a server whose script cache
 lacks it answers ``NOSCRIPT``, which proves the script did not run, so the call may be
