@@ -59,10 +59,10 @@ from .pipeline import ClusterPipeline
 from .pubsub import ClusterPubSub
 from .redirects import (
     COUNTER_NAMES,
-    READ_COMMANDS,
     cluster_policy,
     command_name,
     final_error,
+    is_readonly,
     target_node,
 )
 from .refresh import SMIGRATED_DEDUP_SIZE, SlotMapRefresh
@@ -289,7 +289,7 @@ class RedisCluster(SlotMapRefresh, Scripting, CommandsMixin[Awaitable[Any]]):
         raised). A loop driven by the retry policy (``retry_policy``): the first attempt
         allocates nothing for retries; only a retryable outcome creates the command's
         :class:`RetryState`, whose decisions redirect, wait and resend, or raise."""
-        read = self.read_from_replicas and command_name(args[0]) in READ_COMMANDS
+        read = self.read_from_replicas and is_readonly(args)
         state: RetryState | None = None
         ask_node: Node | None = None
         while True:

@@ -1,13 +1,15 @@
 """What the cluster client needs to know about commands and cluster replies (no I/O): which
-commands may read from a replica, the counter each retryable condition is counted under,
-the node a ``MOVED``/``ASK`` points to, and the backoff between retries. What a reply
-means and what follows it is the one retry policy (:mod:`trio_maint._sansio.retry`)."""
+commands may read from a replica (the server's ``readonly`` flag), the counter each
+retryable condition is counted under, the node a ``MOVED``/``ASK`` points to, and the
+backoff between retries. What a reply means and what follows it is the one retry policy
+(:mod:`trio_maint._sansio.retry`)."""
 
 from __future__ import annotations
 
 from typing import Any, Final
 
 from .._sansio.endpoint import format_host_port
+from .._sansio.keyspecs import READONLY_COMMANDS, is_readonly
 from .._sansio.outcome import Kind, Outcome, RedirectTarget
 from .._sansio.retry import Finish, RetryPolicy
 from .._sansio.retry import backoff as _policy_backoff
@@ -20,63 +22,15 @@ __all__ = [
     "cluster_policy",
     "command_name",
     "final_error",
+    "is_readonly",
     "target_node",
 ]
 
-#: Read-only commands that may go to a replica with ``read_from_replicas``.
-READ_COMMANDS: Final = frozenset(
-    [
-        "GET",
-        "MGET",
-        "EXISTS",
-        "STRLEN",
-        "GETRANGE",
-        "TYPE",
-        "TTL",
-        "PTTL",
-        "HGET",
-        "HMGET",
-        "HGETALL",
-        "HEXISTS",
-        "HKEYS",
-        "HVALS",
-        "HLEN",
-        "HSTRLEN",
-        "LRANGE",
-        "LLEN",
-        "LINDEX",
-        "LPOS",
-        "SMEMBERS",
-        "SISMEMBER",
-        "SMISMEMBER",
-        "SCARD",
-        "SRANDMEMBER",
-        "SINTER",
-        "SUNION",
-        "SDIFF",
-        "ZSCORE",
-        "ZMSCORE",
-        "ZCARD",
-        "ZCOUNT",
-        "ZRANK",
-        "ZREVRANK",
-        "ZRANGE",
-        "ZREVRANGE",
-        "ZRANGEBYSCORE",
-        "ZREVRANGEBYSCORE",
-        "ZLEXCOUNT",
-        "XLEN",
-        "XRANGE",
-        "XREVRANGE",
-        "GETBIT",
-        "BITCOUNT",
-        "BITPOS",
-        "PFCOUNT",
-        "GEOPOS",
-        "GEODIST",
-        "GEOHASH",
-    ]
-)
+#: Read-only commands (``"NAME"``, subcommands as ``"NAME|SUB"``) that may go to a replica
+#: with ``read_from_replicas``: those the server flags ``readonly`` in its command table
+#: (:data:`~trio_maint._sansio.keyspecs.READONLY_COMMANDS`). :func:`is_readonly` looks a
+#: command's arguments up, subcommand included.
+READ_COMMANDS: Final = READONLY_COMMANDS
 
 #: The outcomes ``RedisCluster.redirections`` counts, by the name it counts them under
 #: (docs/cluster.md): every one a command meets, also the last one raised when a budget

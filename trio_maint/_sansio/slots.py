@@ -4,8 +4,8 @@
   first ``{`` and the next ``}``, when non-empty), modulo 16384.
 * :class:`SlotMap`: which node serves each slot (master and replicas), built from a
   ``CLUSTER SHARDS`` reply (Redis >= 7) or a ``CLUSTER SLOTS`` reply.
-* :func:`command_keys`: where the keys are in a command's arguments, from a table of the
-  commands the client exposes (``None`` for commands it does not know).
+* :func:`command_slot`: the one slot of a command's keys; where the keys are comes from
+  the server's own key specs (:func:`~trio_maint._sansio.keyspecs.command_keys`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ import attrs
 
 from .endpoint import format_host_port
 from .errors import CrossSlotError
+from .keyspecs import KEYLESS, command_keys
+from .keyspecs import command_name as _name
 
 __all__ = [
+    "KEYLESS",
     "SLOT_COUNT",
     "NodeInfo",
     "SlotMap",
@@ -27,6 +30,7 @@ __all__ = [
     "command_slot",
     "crc16",
     "key_slot",
+    "keys_slot",
     "parse_slot_specs",
 ]
 
@@ -74,213 +78,7 @@ def key_slot(key: str | bytes | memoryview | int | float) -> int:
 
 
 # ------------------------------------------------------------------------ key positions
-
-_SINGLE: Final = frozenset(
-    [
-        "GET",
-        "SET",
-        "SETNX",
-        "SETEX",
-        "PSETEX",
-        "GETDEL",
-        "GETEX",
-        "APPEND",
-        "STRLEN",
-        "GETRANGE",
-        "SETRANGE",
-        "INCR",
-        "DECR",
-        "INCRBY",
-        "DECRBY",
-        "INCRBYFLOAT",
-        "TYPE",
-        "EXPIRE",
-        "PEXPIRE",
-        "EXPIREAT",
-        "PEXPIREAT",
-        "PERSIST",
-        "TTL",
-        "PTTL",
-        "HSET",
-        "HSETNX",
-        "HGET",
-        "HMGET",
-        "HMSET",
-        "HGETALL",
-        "HDEL",
-        "HEXISTS",
-        "HINCRBY",
-        "HINCRBYFLOAT",
-        "HKEYS",
-        "HVALS",
-        "HLEN",
-        "HSTRLEN",
-        "HRANDFIELD",
-        "HSCAN",
-        "LPUSH",
-        "RPUSH",
-        "LPUSHX",
-        "RPUSHX",
-        "LPOP",
-        "RPOP",
-        "LRANGE",
-        "LLEN",
-        "LINDEX",
-        "LSET",
-        "LREM",
-        "LTRIM",
-        "LINSERT",
-        "LPOS",
-        "SADD",
-        "SREM",
-        "SMEMBERS",
-        "SISMEMBER",
-        "SMISMEMBER",
-        "SCARD",
-        "SPOP",
-        "SRANDMEMBER",
-        "SSCAN",
-        "ZADD",
-        "ZREM",
-        "ZSCORE",
-        "ZMSCORE",
-        "ZINCRBY",
-        "ZCARD",
-        "ZCOUNT",
-        "ZRANK",
-        "ZREVRANK",
-        "ZRANGE",
-        "ZREVRANGE",
-        "ZRANGEBYSCORE",
-        "ZREVRANGEBYSCORE",
-        "ZRANGEBYLEX",
-        "ZLEXCOUNT",
-        "ZREMRANGEBYRANK",
-        "ZREMRANGEBYSCORE",
-        "ZPOPMIN",
-        "ZPOPMAX",
-        "ZRANDMEMBER",
-        "ZSCAN",
-        "XADD",
-        "XLEN",
-        "XRANGE",
-        "XREVRANGE",
-        "XDEL",
-        "XTRIM",
-        "XACK",
-        "XCLAIM",
-        "XPENDING",
-        "DUMP",
-        "RESTORE",
-        "SETBIT",
-        "GETBIT",
-        "BITCOUNT",
-        "BITPOS",
-        "PFADD",
-        "GEOADD",
-        "GEOPOS",
-        "GEODIST",
-        "GEOHASH",
-        "SPUBLISH",
-    ]
-)
-_ALL: Final = frozenset(
-    [
-        "MGET",
-        "DEL",
-        "UNLINK",
-        "EXISTS",
-        "TOUCH",
-        "SINTER",
-        "SUNION",
-        "SDIFF",
-        "WATCH",
-        "PFCOUNT",
-        "SSUBSCRIBE",
-        "SUNSUBSCRIBE",
-    ]
-)
-_PAIRS: Final = frozenset({"MSET", "MSETNX"})
-_TWO: Final = frozenset({"RENAME", "RENAMENX", "LMOVE", "BLMOVE", "RPOPLPUSH", "SMOVE", "COPY"})
-_ALL_BUT_LAST: Final = frozenset(
-    {"BLPOP", "BRPOP", "BZPOPMIN", "BZPOPMAX", "SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"}
-)
-_NUMKEYS: Final = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"})
-#: Commands without keys: any node can serve them (``PUBLISH`` is broadcast by the bus).
-KEYLESS: Final = frozenset(
-    [
-        "PING",
-        "ECHO",
-        "INFO",
-        "TIME",
-        "CLIENT",
-        "PUBLISH",
-        "DBSIZE",
-        "FLUSHDB",
-        "FLUSHALL",
-        "KEYS",
-        "SCAN",
-        "CONFIG",
-        "COMMAND",
-        "CLUSTER",
-        "READONLY",
-        "READWRITE",
-        "ASKING",
-        "MULTI",
-        "EXEC",
-        "DISCARD",
-        "UNWATCH",
-        "RANDOMKEY",
-        "LASTSAVE",
-        "SCRIPT",
-        "FUNCTION",
-        "MEMORY",
-        "SLOWLOG",
-        "ROLE",
-        "HELLO",
-        "SELECT",
-        "AUTH",
-    ]
-)
-
-
-def _name(arg: Any) -> str:
-    if isinstance(arg, bytes):
-        return arg.decode("ascii", "replace").upper()
-    return str(arg).upper()
-
-
-def command_keys(args: Sequence[Any]) -> list[Any] | None:
-    """The keys of a command (``args[0]`` is its name), or ``None`` when the command is
-    not in the table (the caller may ask the server with ``COMMAND GETKEYS``). Keyless
-    commands give ``[]``.
-    """
-    if not args:
-        return []
-    name = _name(args[0])
-    if name in _SINGLE:
-        return [args[1]] if len(args) > 1 else []
-    if name in _ALL:
-        return list(args[1:])
-    if name in _PAIRS:
-        return list(args[1::2])
-    if name in _TWO:
-        return list(args[1:3])
-    if name in _ALL_BUT_LAST:
-        return list(args[1:-1])
-    if name in _NUMKEYS:
-        if len(args) < 3:
-            return []
-        try:
-            count = int(args[2])
-        except (TypeError, ValueError):
-            return None
-        return list(args[3 : 3 + count])
-    if name == "OBJECT" or (name == "MEMORY" and len(args) > 1 and _name(args[1]) == "USAGE"):
-        return [args[2]] if len(args) > 2 else []
-    if name in KEYLESS:
-        return []
-    return None
+# Where a command's keys are comes from the server's key specs: see keyspecs.
 
 
 def keys_slot(keys: Iterable[Any], command: Any = "command") -> int | None:
@@ -305,7 +103,8 @@ def command_slot(args: Sequence[Any]) -> int | None:
     """The slot a command must be sent to, ``None`` for keyless commands.
 
     :raises CrossSlotError: a multi-key command's keys are in different slots.
-    :raises KeyError: the command is not in the table.
+    :raises KeyError: the command is not in the table, or its key specs cannot tell
+        where its keys are.
     """
     keys = command_keys(args)
     if keys is None:
