@@ -23,6 +23,7 @@ from ._client.pipeline import Pipeline
 from ._client.pubsub import Message, PubSub
 from ._client.redis import Redis, open_redis
 from ._client.script import Script
+from ._client.streams import StreamConsumer
 from ._cluster.client import RedisCluster, open_redis_cluster
 from ._cluster.pipeline import ClusterPipeline
 from ._cluster.pubsub import ClusterPubSub
@@ -92,6 +93,7 @@ from ._sansio.options import ClientOptions, parse_url
 from ._sansio.redact import redact_text, redact_url
 from ._sansio.replies import parse_info
 from ._sansio.slots import NodeInfo, SlotMap, key_slot
+from ._sansio.streams import StreamEntry, XAutoClaimReply
 
 __version__ = "0.1.0"
 
@@ -164,10 +166,13 @@ __all__ = [
     "SMigrating",
     "Script",
     "SlotMap",
+    "StreamConsumer",
+    "StreamEntry",
     "TimeoutError",
     "TryAgainError",
     "WatchError",
     "WrongTypeError",
+    "XAutoClaimReply",
     "__version__",
     "key_slot",
     "open_redis",

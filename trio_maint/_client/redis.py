@@ -27,6 +27,7 @@ from .._sansio.unset import UNSET, Unset
 from .pipeline import Pipeline, caller_deadline
 from .pubsub import PubSub
 from .script import Scripting
+from .streams import StreamConsumers
 
 __all__ = ["Redis", "open_redis"]
 
@@ -41,7 +42,7 @@ def _require_trio(name: str) -> None:
         )
 
 
-class Redis(Scripting, CommandsMixin[Awaitable[Any]]):
+class Redis(Scripting, StreamConsumers, CommandsMixin[Awaitable[Any]]):
     """A Redis client over a bounded connection pool. Get one from :func:`open_redis`.
 
     Every command method is a coroutine returning the reply (see

@@ -26,6 +26,7 @@ import trio
 from .._client.pipeline import caller_deadline
 from .._client.redis import Redis, open_redis
 from .._client.script import Scripting
+from .._client.streams import StreamConsumers
 from .._net.groups import unwrap_group
 from .._sansio.blocking import TimeUnit, command_timeout, reply_timeout
 from .._sansio.commands import CommandsMixin, KeyT
@@ -75,7 +76,7 @@ logger = logging.getLogger("trio_maint.cluster")
 _ALL_MASTERS: Final = frozenset({"DBSIZE", "FLUSHDB", "FLUSHALL", "KEYS"})
 
 
-class RedisCluster(SlotMapRefresh, Scripting, CommandsMixin[Awaitable[Any]]):
+class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, CommandsMixin[Awaitable[Any]]):
     """A Redis Cluster client. Get one from :func:`open_redis_cluster`.
 
     Every command method of :class:`~trio_maint.Redis` is available and routed to the
