@@ -321,11 +321,9 @@ def _run(program: _Program, args: Sequence[Any]) -> list[Any] | None:
             if where >= argc:
                 return []
             count = _key_count(args[where])
-            if count < 0:
-                return []
+            if count <= 0:
+                return []  # no keys at all, as the server says (EVAL's ``0`` included)
             first += b
-            if not count:
-                continue
             last = first + count - 1
             step = c
         else:
