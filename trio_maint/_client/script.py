@@ -6,8 +6,9 @@ mixins that give :class:`~trio_maint.Redis`, :class:`~trio_maint.Pipeline`,
 As redis-py's ``Script``: a call sends ``EVALSHA``; a ``NOSCRIPT`` reply (the server's
 script cache lacks it: after a restart, a failover, ``SCRIPT FLUSH``, or a MOVING handoff
 to another endpoint) proves the script did not run, so the call is sent again as ``EVAL``,
-which runs it and caches it on that server for the calls that follow. Unlike redis-py, no
-``SCRIPT LOAD`` round trip precedes the call. In pipelines (docs/scripting.md):
+which runs it and caches it on that server for the calls that follow: one more round
+trip, where redis-py sends ``SCRIPT LOAD`` and then ``EVALSHA`` again. In pipelines
+(docs/scripting.md):
 
 * a ``MULTI``/``EXEC`` transaction sends the first call of each script as ``EVAL`` and
   the others as ``EVALSHA``, in the same write: the transaction runs on one server in
