@@ -5,7 +5,8 @@ arguments, and the keys it needs created first. The harness (tests/_forms_run.py
 form through redis-py and through trio_maint against the same redis-server and compares the
 replies. The forms themselves live in tests/_forms_data*.py, one family per section.
 
-How a form runs (each side, each mode): ``FLUSHDB``; the ``given`` commands (sent raw by a
+How a form runs (each side, each mode): ``FLUSHALL`` (and the script and function
+caches); the ``given`` commands (sent raw by a
 redis-py client: the setup is not under test); the call; the ``then`` commands (raw again,
 their replies are compared too, so effects such as a TTL are checked, not only replies).
 Flushing before each side means both sides see the same keys under the same names, so
@@ -22,7 +23,8 @@ Normalisation before comparing (written down here and in docs/compatibility.md):
   :data:`LENGTH`, :data:`TYPE`, or its own function) for replies whose order or content
   the server does not fix (``HKEYS``, ``SCAN``, ``SRANDMEMBER``, ``TIME``, ``INFO``...);
 * errors: both sides raising the server's error (``ResponseError`` or a subclass) with the
-  same message are alike (a leading ``ERR`` is not compared: redis-py drops it); both
+  same message are alike (a leading error code such as ``ERR`` or ``NOSCRIPT`` is not
+  compared: redis-py drops some codes, turning them into exception classes); both
   rejecting the arguments client-side (any other exception) are alike.
 """
 
@@ -119,8 +121,9 @@ class Form:
 
     @property
     def keyed(self) -> bool:
-        """Whether the form names a key (all keys carry the ``{t}`` hash tag)."""
-        return any("{t}" in str(a) for a in _flat((self.args, self.kwargs, self.setup)))
+        """Whether the call names a key (all keys carry the ``{t}`` hash tag); a keyless
+        call (``DBSIZE``, ``RANDOMKEY``) goes to any node of a cluster."""
+        return any("{t}" in str(a) for a in _flat((self.args, self.kwargs)))
 
     @property
     def runs_on_cluster(self) -> bool:
@@ -240,3 +243,21 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, float):
         return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9)
     return bool(a == b)
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """Where ``a`` and ``b`` first differ under :func:`same`: ``"[k][0]: a!r vs b!r"``, or
+    ``None`` when they are alike."""
+    if same(a, b):
+        return None
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = first_difference(x, y, f"{path}[{i}]")
+            if found:
+                return found
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        for k in a:
+            found = first_difference(a[k], b[k], f"{path}[{k!r}]")
+            if found:
+                return found
+    return f"{path or 'reply'}: redis-py {_show(a)} vs ours {_show(b)}"

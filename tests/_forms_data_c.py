@@ -147,6 +147,7 @@ RG = ("XREADGROUP", "GROUP", "g1", "c1", "STREAMS", "{t}x", ">")
 XR = ("XRANGE", "{t}x", "-", "+")
 XS = (X, X2, X3)
 XPR = ("XPENDING", "{t}x", "g1", "-", "+", "10")
+XPS = ("XPENDING", "{t}x", "g1")
 
 STREAMS = family(
     "streams",
@@ -213,7 +214,7 @@ STREAMS = family(
         call("xread", {"{t}x": "0-0", "{t}y": "0"}).given(*XS, ("XADD", "{t}y", "1-0", "a", "b")),
         call("xread", {"{t}x": "$"}, block=50).given(*XS),
         call("xread", {"{t}x": "2-0"}),
-        call("xreadgroup", "g1", "c1", {"{t}x": ">"}).given(*XS, G).then(XPR),
+        call("xreadgroup", "g1", "c1", {"{t}x": ">"}).given(*XS, G).then(XPS),
         call("xreadgroup", "g1", "c1", {"{t}x": ">"}, count=1).given(*XS, G),
         call("xreadgroup", "g1", "c1", {"{t}x": ">"}, noack=True)
         .given(*XS, G)

@@ -180,7 +180,6 @@ SCRIPTING = family(
         call("script_load", LUA_GET),
     ],
 )
-SCRIPTING = [f if f.keyed or f.on_cluster is not None else f.nocluster() for f in SCRIPTING]
 
 TRANSACTIONS = family(
     "transactions",
@@ -255,8 +254,9 @@ SERVER = family(
         call("memory_malloc_stats").norm(TYPE),
         call("memory_purge"),
         call("memory_stats").norm(KEYS_OF),
-        call("memory_usage", "{t}k").given(K),
-        call("memory_usage", "{t}k", samples=0).given(K),
+        # cluster nodes account more memory per key: the standalone reference does not apply
+        call("memory_usage", "{t}k").given(K).nocluster(),
+        call("memory_usage", "{t}k", samples=0).given(K).nocluster(),
         call("memory_usage", "{t}missing"),
         call("module_list"),
         call("role").norm(SHAPE),

@@ -102,14 +102,7 @@ def deliberate_table(results: Sequence[Result]) -> str:
 
 def failures(results: Sequence[Result]) -> str:
     """Every failing (form, mode): the form, our outcome, redis-py's."""
-    out = []
-    for r in results:
-        if r.verdict in FAILING:
-            out.append(
-                f"[{r.mode}] {r.verdict}: {r.form.family} / {r.form_id}\n"
-                f"    ours:     {r.ours.show()}\n    redis-py: {r.py.show()}"
-            )
-    return "\n".join(out)
+    return "\n".join(r.explain() for r in results if r.verdict in FAILING)
 
 
 def write_doc(results: Sequence[Result]) -> None:
@@ -127,7 +120,7 @@ async def _run(args: argparse.Namespace) -> list[Result]:
         if (not args.family or f.family in args.family)
         and (not args.method or f.method in args.method)
     ]
-    modes = MODES if args.cluster else MODES[:3]
+    modes = MODES if args.cluster else MODES[:3]  # the cluster modes come last
     with RedisServer(extra_args=("--enable-debug-command", "local")) as server:
         if not args.cluster:
             return await run_all(Targets(server.url), forms, modes)

@@ -10,7 +10,9 @@
   one-reply lists compared;
 * ``cluster``: forms naming keys (all carry the ``{t}`` hash tag, so one slot) on
   ``trio_maint.open_redis_cluster`` against redis-py's direct decoded reply; the setup and
-  the checks go to the master of that slot.
+  the checks go to the master of that slot;
+* ``cluster-pipeline``: the same forms alone in a ``ClusterPipeline`` transaction, against
+  redis-py's pipeline reply.
 
 redis-py is called synchronously from the Trio task (a test: the blocking is bounded by
 ``socket_timeout``); every trio_maint call is bounded by :data:`CALL_TIMEOUT`.
@@ -30,12 +32,21 @@ import trio
 import trio_maint
 
 from . import _forms_data_a, _forms_data_b, _forms_data_c, _forms_data_d
-from ._forms import Form, same
+from ._forms import Form, first_difference, same
 
-__all__ = ["CALL_TIMEOUT", "MODES", "Outcome", "Result", "all_forms", "form_ids", "run_all"]
+__all__ = [
+    "CALL_TIMEOUT",
+    "MODES",
+    "Outcome",
+    "Result",
+    "all_forms",
+    "applies",
+    "form_ids",
+    "run_all",
+]
 
 CALL_TIMEOUT = 5.0
-MODES = ("decoded", "raw", "pipeline", "cluster")
+MODES = ("decoded", "raw", "pipeline", "cluster", "cluster-pipeline")
 
 #: verdicts, in the report's column order
 VERDICTS = ("alike", "deliberate", "differs", "raises", "absent", "bad-form")
@@ -92,11 +103,26 @@ class Result:
     ours: Outcome
     verdict: str
 
+    def explain(self) -> str:
+        """The failure as the test and the report print it."""
+        text = (
+            f"[{self.mode}] {self.verdict}: {self.form.family} / {self.form_id}\n"
+            f"    ours:     {self.ours.show()}\n    redis-py: {self.py.show()}"
+        )
+        if self.py.kind == self.ours.kind == "ok":
+            norm = self.form.normaliser or (lambda v: v)
+            where = first_difference(
+                [norm(self.py.value), self.py.checks], [norm(self.ours.value), self.ours.checks]
+            )
+            if where:
+                head = "reply" if where.startswith("[0]") else "checks"
+                text += f"\n    first difference at {head}{where[3:]}"
+        return text
+
 
 def _error_outcome(exc: BaseException) -> Outcome:
     if isinstance(exc, (redis.ResponseError, trio_maint.ResponseError)):
-        message = str(exc).splitlines()[0] if str(exc) else ""
-        return Outcome("server-error", message.removeprefix("ERR "))
+        return Outcome("server-error", str(exc).splitlines()[0] if str(exc) else "")
     if isinstance(exc, (TimeoutError, redis.TimeoutError)):
         return Outcome("timeout", f"{type(exc).__name__}: {exc}")
     return Outcome("client-error", f"{type(exc).__name__}: {exc}")
@@ -128,7 +154,19 @@ def _alike(form: Form, py: Outcome, ours: Outcome) -> bool:
     norm = form.normaliser or (lambda v: v)
     if py.kind == "ok":
         return same(norm(py.value), norm(ours.value)) and same(py.checks, ours.checks)
+    if py.kind == "server-error":
+        return _same_message(py.value, ours.value)
     return same(py.value, ours.value)
+
+
+def _same_message(a: str, b: str) -> bool:
+    """Error messages alike but for one leading error code (``ERR``, ``NOSCRIPT``...),
+    which redis-py drops for some errors, turning it into the exception's class."""
+    if a == b:
+        return True
+    longer, shorter = (a, b) if len(a) > len(b) else (b, a)
+    code, _, rest = longer.partition(" ")
+    return rest == shorter and code.isupper() and code.isalpha()
 
 
 # ---------------------------------------------------------------------- one side
@@ -141,7 +179,7 @@ def _execute(client: redis.Redis, *args: Any) -> Any:
 
 
 def _reset_sync(raw: redis.Redis) -> None:
-    _execute(raw, "FLUSHDB")
+    _execute(raw, "FLUSHALL")
     _execute(raw, "SCRIPT", "FLUSH")
     _execute(raw, "FUNCTION", "FLUSH")
 
@@ -239,62 +277,79 @@ async def run_all(
     targets: Targets, forms: Sequence[Form] | None = None, modes: Iterable[str] = MODES
 ) -> list[Result]:
     """Run ``forms`` (default: all) in ``modes``; one :class:`Result` per form and mode
-    that applies to it."""
+    that applies to it (the cluster modes only when ``targets`` names a cluster)."""
     forms = list(all_forms() if forms is None else forms)
     ids = form_ids(forms)
-    modes = [m for m in modes if m != "cluster" or targets.cluster_url]
+    modes = [m for m in modes if not m.startswith("cluster") or targets.cluster_url]
     results: list[Result] = []
-    disabled = trio_maint.MaintConfig(mode="disabled")
     raw = _py_client(targets.url, False)
     py_clients = {True: _py_client(targets.url, True), False: raw}
-    reference: dict[str, Outcome] = {}
+    # redis-py's replies, which the cluster modes compare with: mode → form id → outcome
+    reference: dict[str, dict[str, Outcome]] = {"decoded": {}, "pipeline": {}}
     try:
         for mode in ("decoded", "raw", "pipeline"):
-            if mode not in modes and not (mode == "decoded" and "cluster" in modes):
+            needed = f"cluster-{mode}" if mode == "pipeline" else "cluster"
+            if mode not in modes and needed not in modes:
                 continue
             decode = mode != "raw"
             async with trio_maint.open_redis(
-                targets.url, maintenance=disabled, decode_responses=decode
+                targets.url, maintenance=DISABLED, decode_responses=decode
             ) as ours:
                 for form, fid in zip(forms, ids, strict=True):
-                    if (decode and form.raw_only) or (not decode and form.decoded_only):
-                        continue
-                    if mode == "pipeline" and not form.in_pipeline:
+                    if not applies(form, mode):
                         continue
                     pipe = mode == "pipeline"
                     py = run_py(form, py_clients[decode], raw, pipeline=pipe)
-                    if mode == "decoded":
-                        reference[fid] = py
-                        if "decoded" not in modes:
-                            continue
-                    tm = await run_ours(form, ours, raw, pipeline=pipe)
-                    results.append(Result(form, fid, mode, py, tm, verdict(form, py, tm)))
-        if "cluster" in modes:
-            results += await _run_cluster(targets, forms, ids, reference)
+                    if mode in reference:
+                        reference[mode][fid] = py
+                    if mode in modes:
+                        tm = await run_ours(form, ours, raw, pipeline=pipe)
+                        results.append(Result(form, fid, mode, py, tm, verdict(form, py, tm)))
+        if targets.cluster_url and any(m.startswith("cluster") for m in modes):
+            results += await _run_cluster(targets, forms, ids, reference, modes)
     finally:
         raw.close()
         py_clients[True].close()
     return results
 
 
+DISABLED = trio_maint.MaintConfig(mode="disabled")
+
+
+def applies(form: Form, mode: str) -> bool:
+    """Whether ``form`` runs in ``mode`` (its flags)."""
+    if mode == "raw":
+        return not form.decoded_only
+    if form.raw_only:
+        return False
+    if mode.startswith("cluster") and not form.runs_on_cluster:
+        return False
+    return form.in_pipeline or not mode.endswith("pipeline")
+
+
 async def _run_cluster(
-    targets: Targets, forms: Sequence[Form], ids: Sequence[str], reference: dict[str, Outcome]
+    targets: Targets,
+    forms: Sequence[Form],
+    ids: Sequence[str],
+    reference: dict[str, dict[str, Outcome]],
+    modes: Sequence[str],
 ) -> list[Result]:
     assert targets.cluster_url is not None and targets.cluster_tag_node_url is not None
     results = []
     node_raw = _py_client(targets.cluster_tag_node_url, False)
     try:
         async with trio_maint.open_redis_cluster(
-            targets.cluster_url,
-            maintenance=trio_maint.MaintConfig(mode="disabled"),
-            decode_responses=True,
+            targets.cluster_url, maintenance=DISABLED, decode_responses=True
         ) as rc:
-            for form, fid in zip(forms, ids, strict=True):
-                if not form.runs_on_cluster or form.raw_only or fid not in reference:
+            for mode, ref in (("cluster", "decoded"), ("cluster-pipeline", "pipeline")):
+                if mode not in modes:
                     continue
-                tm = await run_ours(form, rc, node_raw, pipeline=False)
-                py = reference[fid]
-                results.append(Result(form, fid, "cluster", py, tm, verdict(form, py, tm)))
+                for form, fid in zip(forms, ids, strict=True):
+                    if not applies(form, mode):
+                        continue
+                    tm = await run_ours(form, rc, node_raw, pipeline=mode.endswith("pipeline"))
+                    py = reference[ref][fid]
+                    results.append(Result(form, fid, mode, py, tm, verdict(form, py, tm)))
     finally:
         node_raw.close()
     return results

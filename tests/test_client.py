@@ -92,13 +92,15 @@ async def test_sorted_sets(r: trio_maint.Redis) -> None:
     assert await r.zadd("z", {"a": 1, "b": 2, "c": 3.5}) == 3
     assert await r.zscore("z", "c") == 3.5
     assert await r.zrange("z", 0, -1) == [b"a", b"b", b"c"]
-    assert await r.zrange("z", 0, 0, withscores=True) == [(b"a", 1.0)]
+    # As redis-py on RESP3: [member, score] pairs (lists), and ZPOPMIN without count one
+    # flat pair (see docs/commands.md).
+    assert await r.zrange("z", 0, 0, withscores=True) == [[b"a", 1.0]]
     assert await r.zrange("z", 0, 0, desc=True) == [b"c"]
     assert await r.zrangebyscore("z", 2, "+inf") == [b"b", b"c"]
     assert await r.zincrby("z", 1, "a") == 2.0
     assert await r.zrank("z", "c") == 2
     assert await r.zcount("z", "-inf", "(3") == 2
-    assert await r.zpopmin("z") == [(b"a", 2.0)]
+    assert await r.zpopmin("z") == [b"a", 2.0]
     assert await r.zcard("z") == 2
     assert await r.bzpopmin("z", 1) == [b"z", b"b", 2.0]
 

@@ -30,6 +30,7 @@ from ._forms_run import (
     Result,
     Targets,
     all_forms,
+    applies,
     command_docs,
     form_ids,
     redispy_methods,
@@ -66,11 +67,7 @@ def test_form(form_results: dict[str, list[Result]], form_id: str) -> None:
     results = form_results[form_id]
     assert results, form_id
     bad = [r for r in results if r.verdict not in ("alike", "deliberate")]
-    assert not bad, "\n".join(
-        f"[{r.mode}] {r.verdict}: {r.form.family} / {r.form_id}\n"
-        f"    ours:     {r.ours.show()}\n    redis-py: {r.py.show()}"
-        for r in bad
-    )
+    assert not bad, "\n".join(r.explain() for r in bad)
 
 
 def test_forms_cover_redispy(forms_server: RedisServer) -> None:
@@ -96,13 +93,7 @@ def test_every_mode_ran(form_results: dict[str, list[Result]]) -> None:
     """Each form ran in the modes its flags allow (the harness skipped nothing silently)."""
     for form, fid in zip(FORMS, IDS, strict=True):
         modes = {r.mode for r in form_results[fid]}
-        expected = {
-            "decoded": not form.raw_only,
-            "raw": not form.decoded_only,
-            "pipeline": form.in_pipeline and not form.raw_only,
-            "cluster": form.runs_on_cluster and not form.raw_only,
-        }
-        assert modes == {m for m in MODES if expected[m]}, fid
+        assert modes == {m for m in MODES if applies(form, m)}, fid
 
 
 def test_normalisation() -> None:
@@ -136,6 +127,16 @@ def test_verdicts() -> None:
     assert verdict(form.differs("why"), ok, Outcome("ok", 1)) == "deliberate"
     err = form.raises()
     assert verdict(err, Outcome("server-error", "m"), Outcome("server-error", "m")) == "alike"
+    assert verdict(err, Outcome("server-error", "m x"), Outcome("server-error", "ERR m x")) == (
+        "alike"
+    )
+    nx = "NX and XX are not compatible"
+    assert verdict(err, Outcome("server-error", nx), Outcome("server-error", "ERR " + nx)) == (
+        "alike"
+    )
+    assert verdict(err, Outcome("server-error", nx), Outcome("server-error", "ERR other")) == (
+        "differs"
+    )
     assert verdict(err, Outcome("client-error", "a"), Outcome("client-error", "b")) == "alike"
     assert verdict(err, Outcome("server-error", "m"), Outcome("ok", 1)) == "differs"
 

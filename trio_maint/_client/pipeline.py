@@ -10,7 +10,7 @@ import trio
 
 from .._net.connection import Connection
 from .._sansio.blocking import TimeUnit, command_timeout, pipeline_reply_timeout, reply_timeout
-from .._sansio.commands import CommandsMixin, KeyT
+from .._sansio.cmds import KeyT, PipelineCommands
 from .._sansio.errors import (
     ConnectionClosedError,
     ConnectionError,
@@ -51,7 +51,7 @@ def caller_deadline() -> float | None:
     return None if deadline == math.inf else deadline
 
 
-class Pipeline(PipelineScripting, CommandsMixin["Pipeline"]):
+class Pipeline(PipelineScripting, PipelineCommands):
     """Commands queued locally and sent in one write; replies read in order.
 
     Get one from :meth:`Redis.pipeline`. Command methods queue and return the pipeline

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -16,7 +16,7 @@ from .._net.groups import unwrap_group
 from .._net.pool import ConnectionPool
 from .._net.timer import ReplyTimer
 from .._sansio.blocking import TimeUnit, command_timeout, reply_timeout
-from .._sansio.commands import CommandsMixin, KeyT
+from .._sansio.cmds import ClientCommands, KeyT
 from .._sansio.config import MaintConfig
 from .._sansio.errors import ConnectionError, RedisError, WatchError, check_command
 from .._sansio.options import ClientOptions
@@ -42,11 +42,11 @@ def _require_trio(name: str) -> None:
         )
 
 
-class Redis(Scripting, StreamConsumers, CommandsMixin[Awaitable[Any]]):
+class Redis(Scripting, StreamConsumers, ClientCommands):
     """A Redis client over a bounded connection pool. Get one from :func:`open_redis`.
 
     Every command method is a coroutine returning the reply (see
-    :mod:`trio_maint._sansio.commands` for the shapes). Errors: :class:`~trio_maint.ResponseError`
+    docs/commands.md for each reply's type). Errors: :class:`~trio_maint.ResponseError`
     (and subclasses) for error replies; :class:`~trio_maint.ConnectionError`,
     :class:`~trio_maint.TimeoutError`, :class:`~trio_maint.ProtocolError` for transport
     failures (the connection concerned is discarded);

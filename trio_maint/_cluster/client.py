@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, Literal
 
@@ -29,7 +29,7 @@ from .._client.script import Scripting
 from .._client.streams import StreamConsumers
 from .._net.groups import unwrap_group
 from .._sansio.blocking import TimeUnit, command_timeout, reply_timeout
-from .._sansio.commands import CommandsMixin, KeyT
+from .._sansio.cmds import ClientCommands, KeyT
 from .._sansio.endpoint import format_host_port, split_host_port
 from .._sansio.errors import (
     ClusterDownError,
@@ -76,7 +76,7 @@ logger = logging.getLogger("trio_maint.cluster")
 _ALL_MASTERS: Final = frozenset({"DBSIZE", "FLUSHDB", "FLUSHALL", "KEYS"})
 
 
-class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, CommandsMixin[Awaitable[Any]]):
+class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
     """A Redis Cluster client. Get one from :func:`open_redis_cluster`.
 
     Every command method of :class:`~trio_maint.Redis` is available and routed to the

@@ -14,7 +14,7 @@ from .._client.pipeline import caller_deadline
 from .._client.script import PipelineScripting, resend_noscript
 from .._net.groups import unwrap_group
 from .._sansio.blocking import TimeUnit, command_timeout, pipeline_reply_timeout, reply_timeout
-from .._sansio.commands import CommandsMixin
+from .._sansio.cmds import PipelineCommands
 from .._sansio.errors import (
     ClusterDownError,
     ConnectionError,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["ClusterPipeline", "keys_slot_of"]
 
 
-class ClusterPipeline(PipelineScripting, CommandsMixin["ClusterPipeline"]):
+class ClusterPipeline(PipelineScripting, PipelineCommands):
     """Commands queued locally, sent per node in one write each (concurrently), replies
     returned in the order queued. Get one from :meth:`RedisCluster.pipeline`.
 

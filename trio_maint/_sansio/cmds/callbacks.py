@@ -1,0 +1,99 @@
+"""Reply callbacks of the generated command methods that are not in ``replies`` (sans-IO):
+each turns a raw RESP3 reply into the shape the method documents."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "bool_list",
+    "cast_pairs",
+    "float_or_none",
+    "hscan_reply",
+    "pair_list",
+    "parse_client_info",
+    "parse_client_list",
+    "time_pair",
+    "to_dict",
+    "zscan_reply",
+]
+
+
+def bool_list(reply: Any) -> list[bool]:
+    """A list of ``0``/``1`` → a list of ``bool``."""
+    return [bool(x) for x in reply]
+
+
+def float_or_none(reply: Any) -> float | None:
+    """A number (bulk string or double) or nil → ``float`` or ``None``."""
+    return None if reply is None else float(reply)
+
+
+def pair_list(reply: Any) -> list[list[Any]]:
+    """A flat ``[k1, v1, k2, v2]`` (or a map) → ``[[k1, v1], [k2, v2]]``."""
+    if isinstance(reply, dict):
+        return [[k, v] for k, v in reply.items()]
+    it = iter(reply)
+    return [[k, v] for k, v in zip(it, it, strict=True)]
+
+
+def to_dict(reply: Any) -> dict[Any, Any]:
+    """A RESP3 map (or a flat list of pairs) → ``dict``."""
+    if isinstance(reply, dict):
+        return reply
+    it = iter(reply)
+    return dict(zip(it, it, strict=True))
+
+
+def time_pair(reply: Any) -> tuple[int, int]:
+    """``TIME``'s ``[seconds, microseconds]`` → a tuple of ``int``."""
+    return int(reply[0]), int(reply[1])
+
+
+def _client_line(line: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in line.split(" "):
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def parse_client_list(reply: Any) -> list[dict[str, str]]:
+    """``CLIENT LIST``'s text → one ``dict`` of ``str`` per connection."""
+    text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else str(reply)
+    return [_client_line(line) for line in text.splitlines() if line.strip()]
+
+
+def parse_client_info(reply: Any) -> dict[str, str]:
+    """``CLIENT INFO``'s line → a ``dict`` of ``str``."""
+    text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else str(reply)
+    return _client_line(text.strip())
+
+
+def cast_pairs(cast: Callable[[Any], Any]) -> Callable[[Any], list[Any]]:
+    """Members with scores (``[[member, score], ...]``) with each score passed to
+    ``cast``."""
+
+    def apply(reply: Any) -> list[Any]:
+        if reply and not isinstance(reply[0], list):  # one flat pair
+            return [reply[0], cast(reply[1])]
+        return [[m, cast(s)] for m, s in reply]
+
+    return apply
+
+
+def hscan_reply(reply: Any) -> tuple[int, dict[Any, Any]]:
+    """``HSCAN``'s ``[cursor, [f1, v1, ...]]`` → ``(cursor, {f1: v1, ...})``."""
+    return int(reply[0]), to_dict(reply[1])
+
+
+def zscan_reply(cast: Callable[[Any], Any]) -> Callable[[Any], tuple[int, list[Any]]]:
+    """``ZSCAN``'s ``[cursor, [m1, s1, ...]]`` → ``(cursor, [(m1, cast(s1)), ...])``."""
+
+    def apply(reply: Any) -> tuple[int, list[Any]]:
+        it = iter(reply[1])
+        return int(reply[0]), [(m, cast(s)) for m, s in zip(it, it, strict=True)]
+
+    return apply
