@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any, Self
 
-from ..replies import is_ok
 from ..resp import CommandArg
 from .base import ClientBase, PipelineBase
-from .types import EncodableT, Value
+from .types import EncodableT, KeyT, Value
 
 __all__ = ["Cluster1Client", "Cluster1Pipeline"]
 
@@ -18,39 +17,28 @@ __all__ = ["Cluster1Client", "Cluster1Pipeline"]
 class Cluster1Client(ClientBase):
     """``cluster`` commands on a client: each returns an awaitable of its reply."""
 
-    def cluster(self, cluster_arg: str, *args: EncodableT) -> Awaitable[Any]:
-        """``CLUSTER INFO``
-
-        Provides info about Redis Cluster node state.
-
-        Reply: ``Any``.
-
-        https://redis.io/commands/cluster-info/
-        """
-        return self._command(("CLUSTER", cluster_arg, *args))
-
-    def cluster_addslots(self, *slot: int) -> Awaitable[bool]:
+    def cluster_addslots(self, *slot: int) -> Awaitable[Any]:
         """``CLUSTER ADDSLOTS slot [slot ...]``
 
         Assign new hash slots to receiving node.
 
-        Reply: ``bool``.
+        Reply: ``Any``.
 
         https://redis.io/commands/cluster-addslots/
         """
-        return self._command(("CLUSTER", "ADDSLOTS", *slot), is_ok)
+        return self._command(("CLUSTER", "ADDSLOTS", *slot))
 
-    def cluster_addslotsrange(self, *args: EncodableT) -> Awaitable[bool]:
+    def cluster_addslotsrange(self, *args: EncodableT) -> Awaitable[Any]:
         """``CLUSTER ADDSLOTSRANGE start-slot end-slot [start-slot end-slot ...]``
 
         Assign new hash slots to receiving node.
 
-        Reply: ``bool``.
+        Reply: ``Any``.
         Arguments are passed through as the server takes them.
 
         https://redis.io/commands/cluster-addslotsrange/
         """
-        return self._command(("CLUSTER", "ADDSLOTSRANGE", *args), is_ok)
+        return self._command(("CLUSTER", "ADDSLOTSRANGE", *args))
 
     def cluster_bumpepoch(self) -> Awaitable[Any]:
         """``CLUSTER BUMPEPOCH``
@@ -85,35 +73,35 @@ class Cluster1Client(ClientBase):
         """
         return self._command(("CLUSTER", "COUNTKEYSINSLOT", slot_id))
 
-    def cluster_delslots(self, *slot: int) -> Awaitable[bool]:
+    def cluster_delslots(self, *slot: int) -> Awaitable[Any]:
         """``CLUSTER DELSLOTS slot [slot ...]``
 
         Set hash slots as unbound in receiving node.
 
-        Reply: ``bool``.
+        Reply: ``Any``.
 
         https://redis.io/commands/cluster-delslots/
         """
-        return self._command(("CLUSTER", "DELSLOTS", *slot), is_ok)
+        return self._command(("CLUSTER", "DELSLOTS", *slot))
 
-    def cluster_delslotsrange(self, *args: EncodableT) -> Awaitable[bool]:
+    def cluster_delslotsrange(self, *args: EncodableT) -> Awaitable[Any]:
         """``CLUSTER DELSLOTSRANGE start-slot end-slot [start-slot end-slot ...]``
 
         Set hash slots as unbound in receiving node.
 
-        Reply: ``bool``.
+        Reply: ``Any``.
         Arguments are passed through as the server takes them.
 
         https://redis.io/commands/cluster-delslotsrange/
         """
-        return self._command(("CLUSTER", "DELSLOTSRANGE", *args), is_ok)
+        return self._command(("CLUSTER", "DELSLOTSRANGE", *args))
 
-    def cluster_failover(self, force: bool = False, takeover: bool = False) -> Awaitable[bool]:
+    def cluster_failover(self, force: bool = False, takeover: bool = False) -> Awaitable[Any]:
         """``CLUSTER FAILOVER [FORCE | TAKEOVER]``
 
         Forces a replica to perform a manual failover of its master.
 
-        Reply: ``bool``.
+        Reply: ``Any``.
 
         https://redis.io/commands/cluster-failover/
         """
@@ -122,7 +110,7 @@ class Cluster1Client(ClientBase):
             cmd.append("FORCE")
         if takeover:
             cmd.append("TAKEOVER")
-        return self._command(tuple(cmd), is_ok)
+        return self._command(tuple(cmd))
 
     def cluster_flushslots(self) -> Awaitable[Any]:
         """``CLUSTER FLUSHSLOTS``
@@ -135,16 +123,16 @@ class Cluster1Client(ClientBase):
         """
         return self._command(("CLUSTER", "FLUSHSLOTS"))
 
-    def cluster_forget(self, node_id: EncodableT) -> Awaitable[bool]:
+    def cluster_forget(self, node_id: EncodableT) -> Awaitable[Any]:
         """``CLUSTER FORGET node-id``
 
         Remove a node from the nodes table.
 
-        Reply: ``bool``.
+        Reply: ``Any``.
 
         https://redis.io/commands/cluster-forget/
         """
-        return self._command(("CLUSTER", "FORGET", node_id), is_ok)
+        return self._command(("CLUSTER", "FORGET", node_id))
 
     def cluster_getkeysinslot(self, slot_id: int, num_keys: int) -> Awaitable[list[Value]]:
         """``CLUSTER GETKEYSINSLOT slot count``
@@ -179,43 +167,43 @@ class Cluster1Client(ClientBase):
         """
         return self._command(("CLUSTER", "INFO"))
 
+    def cluster_keyslot(self, key: KeyT) -> Awaitable[int]:
+        """``CLUSTER KEYSLOT key``
+
+        Returns the hash slot of the specified key.
+
+        Reply: ``int``.
+
+        https://redis.io/commands/cluster-keyslot/
+        """
+        return self._command(("CLUSTER", "KEYSLOT", key))
+
 
 class Cluster1Pipeline(PipelineBase):
     """``cluster`` commands on a pipeline: each queues its command and returns the pipeline."""
-
-    def cluster(self, cluster_arg: str, *args: EncodableT) -> Self:
-        """``CLUSTER INFO``
-
-        Provides info about Redis Cluster node state.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
-
-        https://redis.io/commands/cluster-info/
-        """
-        return self._command(("CLUSTER", cluster_arg, *args))
 
     def cluster_addslots(self, *slot: int) -> Self:
         """``CLUSTER ADDSLOTS slot [slot ...]``
 
         Assign new hash slots to receiving node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
 
         https://redis.io/commands/cluster-addslots/
         """
-        return self._command(("CLUSTER", "ADDSLOTS", *slot), is_ok)
+        return self._command(("CLUSTER", "ADDSLOTS", *slot))
 
     def cluster_addslotsrange(self, *args: EncodableT) -> Self:
         """``CLUSTER ADDSLOTSRANGE start-slot end-slot [start-slot end-slot ...]``
 
         Assign new hash slots to receiving node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
         Arguments are passed through as the server takes them.
 
         https://redis.io/commands/cluster-addslotsrange/
         """
-        return self._command(("CLUSTER", "ADDSLOTSRANGE", *args), is_ok)
+        return self._command(("CLUSTER", "ADDSLOTSRANGE", *args))
 
     def cluster_bumpepoch(self) -> Self:
         """``CLUSTER BUMPEPOCH``
@@ -255,30 +243,30 @@ class Cluster1Pipeline(PipelineBase):
 
         Set hash slots as unbound in receiving node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
 
         https://redis.io/commands/cluster-delslots/
         """
-        return self._command(("CLUSTER", "DELSLOTS", *slot), is_ok)
+        return self._command(("CLUSTER", "DELSLOTS", *slot))
 
     def cluster_delslotsrange(self, *args: EncodableT) -> Self:
         """``CLUSTER DELSLOTSRANGE start-slot end-slot [start-slot end-slot ...]``
 
         Set hash slots as unbound in receiving node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
         Arguments are passed through as the server takes them.
 
         https://redis.io/commands/cluster-delslotsrange/
         """
-        return self._command(("CLUSTER", "DELSLOTSRANGE", *args), is_ok)
+        return self._command(("CLUSTER", "DELSLOTSRANGE", *args))
 
     def cluster_failover(self, force: bool = False, takeover: bool = False) -> Self:
         """``CLUSTER FAILOVER [FORCE | TAKEOVER]``
 
         Forces a replica to perform a manual failover of its master.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
 
         https://redis.io/commands/cluster-failover/
         """
@@ -287,7 +275,7 @@ class Cluster1Pipeline(PipelineBase):
             cmd.append("FORCE")
         if takeover:
             cmd.append("TAKEOVER")
-        return self._command(tuple(cmd), is_ok)
+        return self._command(tuple(cmd))
 
     def cluster_flushslots(self) -> Self:
         """``CLUSTER FLUSHSLOTS``
@@ -305,11 +293,11 @@ class Cluster1Pipeline(PipelineBase):
 
         Remove a node from the nodes table.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
 
         https://redis.io/commands/cluster-forget/
         """
-        return self._command(("CLUSTER", "FORGET", node_id), is_ok)
+        return self._command(("CLUSTER", "FORGET", node_id))
 
     def cluster_getkeysinslot(self, slot_id: int, num_keys: int) -> Self:
         """``CLUSTER GETKEYSINSLOT slot count``
@@ -344,3 +332,14 @@ class Cluster1Pipeline(PipelineBase):
         https://redis.io/commands/cluster-info/
         """
         return self._command(("CLUSTER", "INFO"))
+
+    def cluster_keyslot(self, key: KeyT) -> Self:
+        """``CLUSTER KEYSLOT key``
+
+        Returns the hash slot of the specified key.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``int``.
+
+        https://redis.io/commands/cluster-keyslot/
+        """
+        return self._command(("CLUSTER", "KEYSLOT", key))

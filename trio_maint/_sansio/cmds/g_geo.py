@@ -9,8 +9,7 @@ from typing import Any, Self
 
 from ..resp import CommandArg
 from .base import ClientBase, PipelineBase
-from .builders_geo import (
-    build_geoadd,
+from .builders_z import (
     build_georadius,
     build_georadiusbymember,
     build_geosearch,
@@ -41,8 +40,15 @@ class GeoClient(ClientBase):
 
         https://redis.io/commands/geoadd/
         """
-        cmd, callback = build_geoadd(name, values, nx, xx, ch)
-        return self._command(cmd, callback)
+        cmd: list[CommandArg] = ["GEOADD", name]
+        if nx:
+            cmd.append("NX")
+        if xx:
+            cmd.append("XX")
+        if ch:
+            cmd.append("CH")
+        cmd.extend(values)
+        return self._command(tuple(cmd))
 
     def geodist(
         self, name: KeyT, place1: EncodableT, place2: EncodableT, unit: str | None = None
@@ -302,8 +308,15 @@ class GeoPipeline(PipelineBase):
 
         https://redis.io/commands/geoadd/
         """
-        cmd, callback = build_geoadd(name, values, nx, xx, ch)
-        return self._command(cmd, callback)
+        cmd: list[CommandArg] = ["GEOADD", name]
+        if nx:
+            cmd.append("NX")
+        if xx:
+            cmd.append("XX")
+        if ch:
+            cmd.append("CH")
+        cmd.extend(values)
+        return self._command(tuple(cmd))
 
     def geodist(
         self, name: KeyT, place1: EncodableT, place2: EncodableT, unit: str | None = None
