@@ -64,7 +64,7 @@ async def test_routing_and_keyless_commands(rc: trio_maint.RedisCluster) -> None
     assert await rc.mset({"{u1}a": 1, "{u1}b": 2})
     assert await rc.mget("{u1}a", "{u1}b") == [b"1", b"2"]
     assert await rc.delete("{u1}a", "{u1}b") == 2
-    # A command outside the client's table is routed with COMMAND GETKEYS.
+    # Routed from the server's key specs (tests/test_cluster_keyspecs.py has the GETKEYS path).
     await rc.execute_command("SET", "key:0", "zero")
     assert await rc.execute_command("GETSET", "key:0", "z") == b"zero"
     assert len(rc.slot_map.masters) == len(rc.nodes) == 3
