@@ -17,7 +17,13 @@ import trio
 import trio_maint
 from trio_maint import MaintConfig, StreamConsumer, StreamEntry, key_slot
 from trio_maint._client.streams import TRANSIENT_CODES
-from trio_maint.testing import LocalCluster, MaintenanceSimulator, RedisServer, migrate
+from trio_maint.testing import (
+    LocalCluster,
+    MaintenanceSimulator,
+    RedisServer,
+    maintenance_scenario,
+    migrate,
+)
 
 pytestmark = pytest.mark.trio
 
@@ -164,6 +170,37 @@ async def test_the_consumer_follows_a_real_move_to_another_server(
     async with trio_maint.open_redis(server_b.url) as direct:
         assert await direct.execute_command("XPENDING", STREAM, "g") == [0, None, None, None]
         assert await direct.execute_command("XLEN", STREAM) == count
+    ledger.check()
+
+
+async def test_the_consumer_is_handed_off_by_a_moving(
+    two_servers: tuple[RedisServer, RedisServer],
+) -> None:
+    # The endpoint moves (MIGRATING, MIGRATED, MOVING to B, the old connections closed
+    # 1.5 s later) with the same data behind both simulators, as a managed Redis
+    # proxy move: the blocked read ends, then its connection is handed off to B.
+    count = 120
+    ledger = Ledger()
+    server, _unused = two_servers
+    config = MaintConfig(endpoint_type="internal-ip", relaxed_timeout=0.2)
+    async with MaintenanceSimulator(backend=server) as a, MaintenanceSimulator(backend=server) as b:
+        async with (
+            trio_maint.open_redis(a.url, socket_timeout=0.5, maintenance=config) as r,
+            trio_maint.open_redis(a.url, maintenance=config) as producer,
+        ):
+            with trio.fail_after(60):
+                async with (
+                    r.stream_consumer(STREAM, "g", "c1", create=True, block=0.3) as consumer,
+                    trio.open_nursery() as nursery,
+                ):
+                    nursery.start_soon(consume, consumer, ledger, count)
+                    nursery.start_soon(produce, producer, ledger, count, 0.02)
+                    await trio.sleep(0.5)
+                    scenario = maintenance_scenario(b, lead=0.3, work=0.3, time=1, grace=0.5)
+                    await scenario.run(a)
+                    await ledger.done.wait()
+            # The consumer's connections were handed off to B.
+            assert r.pool.connections and all(c.port == b.port for c in r.pool.connections)
     ledger.check()
 
 
