@@ -180,14 +180,17 @@ def test_range_with_limit_and_step() -> None:
 def test_fast_paths_agree_with_the_general_evaluation() -> None:
     """Every command that has a fast form answers as the compiled specs do, for argument
     counts from 1 to 8 and every spelling of its name."""
-    fast = set(keyspecs._FAST) | set(keyspecs._FIXED)
-    assert {"GET", "SET", "MGET", "MSET", "RENAME", b"get"} <= fast
+    fast = set(keyspecs._FAST) | set(keyspecs._FIXED) | set(keyspecs._COUNTED)
+    assert {"GET", "SET", "MGET", "MSET", "RENAME", "EVAL", "FCALL_RO", b"get"} <= fast
     for name in fast:
         upper = keyspecs.command_name(name)
         program = keyspecs._PROGRAMS[upper]
         for argc in range(1, 9):
             args = (name, *(f"a{i}" for i in range(1, argc)))
             assert command_keys(args) == keyspecs._run(program, args), args
+            for count in (-1, 0, 1, 2, 3, "2", "x"):
+                counted = (name, "a1", count, *(f"a{i}" for i in range(3, argc)))
+                assert command_keys(counted) == keyspecs._run(program, counted), counted
 
 
 def test_keys_slot_and_cross_slot() -> None:

@@ -221,6 +221,9 @@ _Program = tuple[int, int, tuple[_Step, ...]]
 _Simple = tuple[int, int, int, int]
 # Several keys at fixed positions: (arity, an itemgetter of them).
 _Fixed = tuple[int, "operator.itemgetter[Any]"]
+# One keynum spec at a fixed index (EVAL, FCALL, ...): (arity, count's position, first
+# key's distance from it, keystep).
+_Counted = tuple[int, int, int, int]
 
 _BEGINS: Final = {"index": 0, "keyword": 1, "unknown": 2}
 _FINDS: Final = {"range": 0, "keynum": 1, "unknown": 2}
@@ -367,33 +370,49 @@ def _fixed_form(spec: CommandSpec) -> _Fixed | None:
     return (spec.arity, operator.itemgetter(*positions))
 
 
+def _counted_form(spec: CommandSpec) -> _Counted | None:
+    """The fast form of a command whose one key spec is a keynum at a fixed index."""
+    if len(spec.key_specs) != 1:
+        return None
+    k = spec.key_specs[0]
+    if k.begin != "index" or k.find != "keynum" or k.flags & _UNSURE or k.firstkey < 1:
+        return None
+    return (spec.arity, k.index + k.keynumidx, k.firstkey - k.keynumidx, k.keystep)
+
+
 _UNSURE: Final = frozenset({"incomplete"})
 _PROGRAMS: Final = {name: _compile(spec) for name, spec in _SPECS.items()}
 
 
-def _spellings() -> tuple[dict[Any, _Simple], dict[Any, _Fixed], dict[Any, _Program]]:
+def _spellings() -> tuple[
+    dict[Any, _Simple], dict[Any, _Fixed], dict[Any, _Counted], dict[Any, _Program]
+]:
     """Every command name as callers spell it (``"GET"``, ``"get"``, ``b"GET"``,
-    ``b"get"``) → its simple form, its fixed form, or its compiled specs (containers
+    ``b"get"``) → its simple, fixed or counted form, or its compiled specs (containers
     left out)."""
     simple: dict[Any, _Simple] = {}
     fixed: dict[Any, _Fixed] = {}
+    counted: dict[Any, _Counted] = {}
     other: dict[Any, _Program] = {}
     for name, spec in _SPECS.items():
         if "|" in name or name in CONTAINERS:
             continue
         form = _simple_form(spec)
         several = _fixed_form(spec)
+        keynum = _counted_form(spec)
         for spelling in (name, name.lower(), name.encode(), name.lower().encode()):
             if form is not None:
                 simple[spelling] = form
             elif several is not None:
                 fixed[spelling] = several
+            elif keynum is not None:
+                counted[spelling] = keynum
             else:
                 other[spelling] = _PROGRAMS[name]
-    return simple, fixed, other
+    return simple, fixed, counted, other
 
 
-_FAST, _FIXED, _OTHER = _spellings()
+_FAST, _FIXED, _COUNTED, _OTHER = _spellings()
 
 
 def command_keys(args: Sequence[Any]) -> list[Any] | None:
@@ -418,15 +437,27 @@ def command_keys(args: Sequence[Any]) -> list[Any] | None:
         return list(args[first : last + 1 : step])
     try:
         several = _FIXED.get(args[0])
-        program = _OTHER.get(args[0])
+        counted = None if several else _COUNTED.get(args[0])
+        program = None if several or counted else _OTHER.get(args[0])
     except TypeError:
-        several = program = None
+        several = counted = program = None
     if several is not None:
         arity, getter = several
         argc = len(args)
         if (argc != arity) if arity >= 0 else (argc < -arity):
             return []
         return list(getter(args))
+    if counted is not None:
+        arity, where, offset, step = counted
+        argc = len(args)
+        if ((argc != arity) if arity >= 0 else (argc < -arity)) or where >= argc:
+            return []
+        count = _key_count(args[where])
+        first = where + offset
+        last = first + count - 1
+        if count <= 0 or last >= argc:
+            return []
+        return list(args[first : last + 1 : step])
     if program is None:
         spec = command_spec(args)
         if spec is None:
