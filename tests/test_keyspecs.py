@@ -248,3 +248,13 @@ def test_generator_writes_its_output(tmp_path: Path, redis_url: str) -> None:
     namespace: dict[str, Any] = {}
     exec(compile(target.read_text("utf-8"), str(target), "exec"), namespace)
     assert namespace["COMMANDS"]["GET"] == command_table.COMMANDS["GET"]
+
+
+def test_all_master_commands_are_all_shards_by_the_tips() -> None:
+    """The keyless commands the cluster client runs on every master are those the server
+    tips as ``request_policy:all_shards``."""
+    from trio_maint._cluster.client import _ALL_MASTERS
+
+    for name in _ALL_MASTERS:
+        assert "request_policy:all_shards" in command_table.TIPS[name].split(), name
+        assert name in KEYLESS
