@@ -77,6 +77,11 @@ def c(
 
 
 OK = {"r": "b", "cb": "is_ok"}
+#: Why a few methods answer bool where redis-py passes the server's 0/1 through.
+KEPT_BOOL = (
+    "bool, as this method answered before the generated surface (redis-py: the 0/1"
+    " integer, which compares equal)."
+)
 BOOL = {"r": "b", "cb": "to_bool"}
 EXPIRY_FLAGS = "nx:B=False, xx:B=False, gt:B=False, lt:B=False"
 EXPIRY_EMIT = "NX!nx XX!xx GT!gt LT!lt"
@@ -105,10 +110,6 @@ Z_BUILDERS = {
     "build_bzmpop",
     "build_bzpopmax",
     "build_bzpopmin",
-    "build_georadius",
-    "build_georadiusbymember",
-    "build_geosearch",
-    "build_geosearchstore",
     "build_xadd",
     "build_xread",
     "build_xreadgroup",
@@ -123,6 +124,8 @@ Z_BUILDERS = {
     "build_zrange",
     "build_zrangebyscore",
     "build_zrangestore",
+    "build_zrank",
+    "build_zrevrank",
     "build_zrevrange",
     "build_zrevrangebyscore",
     "build_zscan",
@@ -132,6 +135,8 @@ Z_BUILDERS = {
 
 
 def builder_module(name: str) -> str:
+    if name.startswith("build_geo"):
+        return ".builders_geo"
     return ".builders_z" if name in Z_BUILDERS else ".builders"
 
 
@@ -177,7 +182,12 @@ COMMANDS: dict[str, Cmd] = {
     "bitcount": c(
         "key:K, start:I=None, end:I=None, mode:S=None", "BITCOUNT key ?start,end ?mode", r="i"
     ),
-    "bitfield": c("key:K, *args:V", r="list[int | None]"),
+    "bitfield": c(
+        "key:K, *args:V, default_overflow:S=None",
+        "BITFIELD key OVERFLOW?default_overflow *args",
+        r="list[int | None]",
+        note="The operations are given as the server takes them (GET/SET/INCRBY ...).",
+    ),
     "bitfield_ro": c(
         "key:K, encoding:S, offset:I, items:Sequence[tuple[str, int]]=None",
         builder="build_bitfield_ro",
@@ -215,7 +225,7 @@ COMMANDS: dict[str, Cmd] = {
         "host:S, port:I, keys:KeyT | Sequence[KeyT], destination_db:I, timeout:I,"
         " copy:B=False, replace:B=False, auth:S=None",
         builder="build_migrate",
-        **OK,
+        r="V",
     ),
     "move": c("name:K, db:I", **BOOL),
     "object|encoding": c("name:K", r="V?"),
@@ -241,7 +251,7 @@ COMMANDS: dict[str, Cmd] = {
         "name:K, ttl:I, value:bytes, replace:B=False, absttl:B=False, idletime:I=None,"
         " frequency:I=None",
         "RESTORE name ttl value REPLACE!replace ABSTTL!absttl IDLETIME?idletime FREQ?frequency",
-        **OK,
+        r="V",
     ),
     "scan": c(
         "cursor:I=0, match:V=None, count:I=None, _type:S=None, *, type:S=None",
@@ -293,7 +303,7 @@ COMMANDS: dict[str, Cmd] = {
         builder="build_hset",
         r="i",
     ),
-    "hsetnx": c("name:K, key:F, value:V", **BOOL),
+    "hsetnx": c("name:K, key:F, value:V", note=KEPT_BOOL, **BOOL),
     "hstrlen": c("name:K, key:F", r="i"),
     "hvals": c("name:K", r="lV"),
     # ------------------------------------------------------------------- lists
@@ -361,9 +371,11 @@ COMMANDS: dict[str, Cmd] = {
         "numkeys:I, keys:Sequence[KeyT], limit:I=0", "SINTERCARD numkeys *keys LIMIT?limit", r="i"
     ),
     "sinterstore": c("dest:K, @keys:K", r="i"),
-    "sismember": c("name:K, value:F", **BOOL),
+    "sismember": c("name:K, value:F", note=KEPT_BOOL, **BOOL),
     "smembers": c("name:K", r="sV", cb="set"),
-    "smismember": c("name:K, @values:F", "SMISMEMBER name @values", r="lb", cb="bool_list"),
+    "smismember": c(
+        "name:K, @values:F", "SMISMEMBER name @values", r="lb", cb="bool_list", note=KEPT_BOOL
+    ),
     "smove": c("src:K, dst:K, value:F", **BOOL),
     "spop": c("name:K, count:I=None", r="Value | list[Value] | None"),
     "srandmember": c("name:K, number:I=None", r="Value | list[Value] | None"),
@@ -456,7 +468,11 @@ COMMANDS: dict[str, Cmd] = {
         builder="build_zrangestore",
         r="i",
     ),
-    "zrank": c("name:K, value:F", r="i?"),
+    "zrank": c(
+        "name:K, value:F, withscore:B=False, score_cast_func:Any=float",
+        builder="build_zrank",
+        r="int | list[Any] | None",
+    ),
     "zrem": c("name:K, *values:F", r="i"),
     "zremrangebylex": c("name:K, min:V, max:V", r="i"),
     "zremrangebyrank": c("name:K, min:I, max:I", r="i"),
@@ -477,7 +493,11 @@ COMMANDS: dict[str, Cmd] = {
         builder="build_zrevrangebyscore",
         r="l",
     ),
-    "zrevrank": c("name:K, value:F", r="i?"),
+    "zrevrank": c(
+        "name:K, value:F, withscore:B=False, score_cast_func:Any=float",
+        builder="build_zrevrank",
+        r="int | list[Any] | None",
+    ),
     "zscan": c(
         "name:K, cursor:I=0, match:V=None, count:I=None, score_cast_func:Any=float",
         builder="build_zscan",
@@ -485,7 +505,8 @@ COMMANDS: dict[str, Cmd] = {
     ),
     "zscore": c("name:K, value:F", r="f?"),
     "zunion": c(
-        "keys:Sequence[KeyT] | Mapping[KeyT, float], aggregate:S=None, withscores:B=False",
+        "keys:Sequence[KeyT] | Mapping[KeyT, float], aggregate:S=None, withscores:B=False,"
+        " score_cast_func:Any=float",
         builder="build_zunion",
         r="l",
     ),
@@ -501,7 +522,7 @@ COMMANDS: dict[str, Cmd] = {
     # --------------------------------------------------------------------- geo
     "geoadd": c(
         "name:K, values:Sequence[EncodableT], nx:B=False, xx:B=False, ch:B=False",
-        "GEOADD name NX!nx XX!xx CH!ch *values",
+        builder="build_geoadd",
         r="i",
     ),
     "geodist": c("name:K, place1:V, place2:V, unit:S=None", r="f?", cb="float_or_none"),
@@ -555,12 +576,12 @@ COMMANDS: dict[str, Cmd] = {
     "script|exists": c("*args:V", "SCRIPT EXISTS *args", r="lb", cb="bool_list"),
     "script|flush": c("sync_type:S=None", "SCRIPT FLUSH ?sync_type", **OK),
     "script|kill": c("", **OK),
-    "script|load": c("script:V", r="V"),
-    "script|debug": c("*args:V", "SCRIPT DEBUG *args", **OK),
+    "script|load": c("script:V", r="str", cb="to_str"),
+    "script|debug": c("*args:V", "SCRIPT DEBUG *args", r="V"),
     "function|delete": c("library:V", **OK),
     "function|dump": c("", r="bytes"),
     "function|flush": c("mode:S=''", "FUNCTION FLUSH ?mode", builder="build_function_flush", **OK),
-    "function|kill": c("", **OK),
+    "function|kill": c("", r="V"),
     "function|list": c(
         "library:V='*', withcode:B=False",
         "FUNCTION LIST LIBRARYNAME?library WITHCODE!withcode",
@@ -578,25 +599,29 @@ COMMANDS: dict[str, Cmd] = {
     "client|getredir": c("", r="i"),
     "client|id": c("", r="i"),
     "client|info": c("", r="d", cb="parse_client_info"),
-    "client|kill": c("address:V", **OK),
+    "client|kill": c("address:V", r="V"),
     "client|list": c(
         "_type:S=None, client_id:Sequence[int]=None",
         builder="build_client_list",
         r="list[dict[str, str]]",
     ),
-    "client|no-evict": c("mode:S", **OK),
+    "client|no-evict": c("mode:S", r="V"),
     "client|pause": c("timeout:I, all:B=True", builder="build_client_pause", **OK),
     "client|setname": c("name:V", **OK),
     "client|unblock": c(
         "client_id:I, error:B=False", "CLIENT UNBLOCK client_id ERROR!error", **BOOL
     ),
-    "client|unpause": c("", **OK),
+    "client|unpause": c("", r="V"),
     "client|trackinginfo": c("", r="d"),
     "config|get": c(
-        "pattern:V='*', *args:V", "CONFIG GET pattern *args", r="dict[Value, Value]", cb="to_dict"
+        "pattern:V='*', *args:V",
+        "CONFIG GET pattern *args",
+        r="dict[str, str]",
+        cb="str_dict",
+        note="Names and values as str, as redis-py answers (whatever decode_responses).",
     ),
     "config|resetstat": c("", **OK),
-    "config|rewrite": c("", **OK),
+    "config|rewrite": c("", r="V"),
     "config|set": c("name:V, value:V, *args:V", "CONFIG SET name value *args", **OK),
     "dbsize": c("", r="i"),
     "echo": c("value:V", r="V"),
@@ -605,13 +630,13 @@ COMMANDS: dict[str, Cmd] = {
     "info": c(
         "section:S=None, *args:S", "INFO ?section *args", r="dict[str, Any]", cb="parse_info"
     ),
-    "lastsave": c("", r="i"),
+    "lastsave": c("", r="datetime.datetime", cb="to_datetime"),
     "lolwut": c("*version_numbers:I", builder="build_lolwut", r="V"),
     "memory|doctor": c("", r="V"),
     "memory|help": c("", r="l"),
     "memory|malloc-stats": c("", r="V"),
     "memory|purge": c("", **OK),
-    "memory|stats": c("", r="d"),
+    "memory|stats": c("", r="dict[str, Any]", cb="str_keys"),
     "memory|usage": c("key:K, samples:I=None", "MEMORY USAGE key SAMPLES?samples", r="i?"),
     "ping": c("message:V=None", builder="build_ping", r="bool | Value"),
     "role": c("", r="l"),
@@ -651,7 +676,21 @@ COMMANDS: dict[str, Cmd] = {
     "module|list": c("", r="l"),
     "module|load": c("path:S, *args:V", "MODULE LOAD path *args", **OK),
     "module|unload": c("name:S", **OK),
-    "replicaof": c("*args:V", "REPLICAOF *args", **OK),
+    "module|loadex": c(
+        "path:S, options:Sequence[str]=None, args:Sequence[str]=None",
+        builder="build_module_loadex",
+        r="V",
+    ),
+    "acl|setuser": c(
+        "username:S, enabled:B=False, nopass:B=False, passwords:str | Iterable[str]=None,"
+        " hashed_passwords:str | Iterable[str]=None, categories:Iterable[str]=None,"
+        " commands:Iterable[str]=None, keys:Iterable[KeyT]=None, channels:Iterable[KeyT]=None,"
+        " selectors:Iterable[tuple[str, KeyT]]=None, reset:B=False, reset_keys:B=False,"
+        " reset_channels:B=False, reset_passwords:B=False",
+        builder="build_acl_setuser",
+        **OK,
+    ),
+    "replicaof": c("*args:V", "REPLICAOF *args", r="V"),
     "slaveof": c("host:S=None, port:I=None", builder="build_slaveof", **OK),
     "latency|history": c("event:S", r="l"),
     "latency|latest": c("", r="l"),
@@ -661,6 +700,23 @@ COMMANDS: dict[str, Cmd] = {
     "latency|histogram": c("*args:S", "LATENCY HISTOGRAM *args", r="d"),
     # ----------------------------------------------------------------- cluster
     "cluster|keyslot": c("key:K", r="i"),
+    **{
+        f"cluster|{sub}": c(**OK)
+        for sub in [
+            "addslots",
+            "addslotsrange",
+            "delslots",
+            "delslotsrange",
+            "failover",
+            "forget",
+            "meet",
+            "replicate",
+            "reset",
+            "saveconfig",
+            "set-config-epoch",
+            "setslot",
+        ]
+    },
     "cluster|countkeysinslot": c("slot_id:I", r="i"),
     "cluster|getkeysinslot": c("slot_id:I, num_keys:I", r="lV"),
     # ----------------------------------------------------------------- streams
@@ -691,7 +747,7 @@ COMMANDS: dict[str, Cmd] = {
         "XGROUP CREATE name groupname id MKSTREAM!mkstream ENTRIESREAD?entries_read",
         **OK,
     ),
-    "xgroup|createconsumer": c("name:K, groupname:V, consumername:V", **BOOL),
+    "xgroup|createconsumer": c("name:K, groupname:V, consumername:V", r="i"),
     "xgroup|delconsumer": c("name:K, groupname:V, consumername:V", r="i"),
     "xgroup|destroy": c("name:K, groupname:V", **BOOL),
     "xgroup|setid": c(
@@ -740,6 +796,11 @@ COMMANDS: dict[str, Cmd] = {
 
 #: Methods beyond one-per-command: redis-py's helpers that send a command of the table.
 EXTRAS: dict[str, Cmd] = {
+    "command": Cmd("", "COMMAND", "list[Any]", command="command|info"),
+    "object": Cmd("infotype:S, key:K", "OBJECT infotype key", "Any", command="object|encoding"),
+    "cluster": Cmd(
+        "cluster_arg:S, *args:V", "CLUSTER cluster_arg *args", "Any", command="cluster|info"
+    ),
     "xpending_range": Cmd(
         "name:K, groupname:V, min:V, max:V, count:I, consumername:V=None, idle:I=None",
         "XPENDING name groupname IDLE?idle min max count ?consumername",
@@ -804,4 +865,12 @@ EXCLUDED: dict[str, str] = {
 
 #: redis-py keyword names a method deliberately does not accept, and why (the signature
 #: compatibility test skips them).
-COMPAT: dict[str, dict[str, str]] = {}
+NEWER = "a Redis 8 option; the server these methods are generated from (7.0) lacks it"
+COMPAT: dict[str, dict[str, str]] = {
+    "set": {k: NEWER for k in ("ifeq", "ifne", "ifdeq", "ifdne")},
+    "xadd": {k: NEWER for k in ("ref_policy", "idmpauto", "idmp")},
+    "xtrim": {"ref_policy": NEWER},
+    "xread": {k: NEWER for k in ("max_count", "max_size")},
+    "xreadgroup": {k: NEWER for k in ("claim_min_idle_time", "max_count", "max_size")},
+    "pipeline": {"shard_hint": "unused by redis-py itself; pipelines need no hint here"},
+}

@@ -83,23 +83,80 @@ def _text(value: Any) -> Any:
     return value
 
 
-async def _read(url: str) -> tuple[dict[str, Any], list[Any]]:
-    import trio_maint
+def _query(host: str, port: int, *command: str) -> Any:
+    """One command over a plain socket, parsed by hiredis: the generator does not import
+    trio_maint's client, whose command modules it writes."""
+    import socket
 
-    async with trio_maint.open_redis(url) as r:
-        docs = _text(await r.execute_command("COMMAND", "DOCS"))
-        info = _text(await r.execute_command("COMMAND"))
-    return docs, info
+    import hiredis
+
+    reader = hiredis.Reader()
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.sendall(hiredis.pack_command(("HELLO", "3")) + hiredis.pack_command(command))
+        replies: list[Any] = []
+        while len(replies) < 2:
+            reply = reader.gets()
+            if reply is False:
+                data = sock.recv(1 << 20)
+                if not data:
+                    raise SystemExit("the server closed the connection")
+                reader.feed(data)
+            else:
+                replies.append(reply)
+    return replies[1]
 
 
-async def read_server(url: str | None) -> tuple[dict[str, Any], list[Any]]:
-    """``COMMAND DOCS`` and ``COMMAND`` of the server at ``url``, or of a throwaway one."""
+def _read(url: str) -> tuple[dict[str, Any], list[Any]]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+    return _text(_query(host, port, "COMMAND", "DOCS")), _text(_query(host, port, "COMMAND"))
+
+
+def read_server(url: str | None) -> tuple[dict[str, Any], list[Any]]:
+    """``COMMAND DOCS`` and ``COMMAND`` of the server at ``url``, or of a throwaway
+    redis-server (``trio_maint.testing.RedisServer``; when trio_maint cannot be imported,
+    e.g. half-generated, a plain ``redis-server`` process on a free port)."""
     if url is not None:
-        return await _read(url)
-    from trio_maint.testing import RedisServer
+        return _read(url)
+    try:
+        import trio
 
-    async with RedisServer() as server:
-        return await _read(server.url)
+        from trio_maint.testing import RedisServer
+    except ImportError:
+        return _read_spawned()
+
+    async def run() -> tuple[dict[str, Any], list[Any]]:
+        async with RedisServer() as server:
+            return await trio.to_thread.run_sync(_read, server.url)
+
+    return trio.run(run)
+
+
+def _read_spawned() -> tuple[dict[str, Any], list[Any]]:
+    import os
+    import socket
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    binary = os.environ.get("REDIS_SERVER", "redis-server")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            try:
+                return _read(f"redis://127.0.0.1:{port}")
+            except OSError:
+                time.sleep(0.05)
+        raise SystemExit("redis-server did not start")
+    finally:
+        proc.terminate()
+        proc.wait()
 
 
 def leaf_commands(docs: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -602,6 +659,8 @@ def module_source(group: str, part: int, methods: list[Method]) -> str:
         "from __future__ import annotations",
         "",
     ]
+    if "datetime." in used:
+        lines.append("import datetime")
     if abc:
         lines.append(f"from collections.abc import {', '.join(abc)}")
     if typing_names:
@@ -770,12 +829,13 @@ def mixins_source(parts: list[Any]) -> str:
             "from __future__ import annotations",
             "",
             "from .base import ClientBase, PipelineBase",
+            "from .iters import ScanIters",
             *imports,
             "",
             '__all__ = ["ClientCommands", "PipelineCommands"]',
             "",
             "",
-            f"class ClientCommands({', '.join(clients)}, ClientBase):",
+            f"class ClientCommands(ScanIters, {', '.join(clients)}, ClientBase):",
             '    """Every Redis command as a method returning an awaitable of its reply."""',
             "",
             "",
@@ -833,9 +893,7 @@ def main(argv: Iterable[str] | None = None) -> None:
     parser.add_argument("--out", default=str(ROOT), help="repository root to write into")
     parser.add_argument("--dump", help="also write the server's tables as JSON here")
     ns = parser.parse_args(list(argv) if argv is not None else None)
-    import trio
-
-    docs, info = trio.run(read_server, ns.url)
+    docs, info = read_server(ns.url)
     if ns.dump:
         Path(ns.dump).write_text(json.dumps({"docs": docs, "info": info}, sort_keys=True))
     files = generate(docs, info)

@@ -218,13 +218,15 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
         match: KeyT | None = None,
         count: int | None = None,
         type: str | None = None,
+        _type: str | None = None,
     ) -> AsyncIterator[Any]:
         """Iterate over every key (``SCAN`` cursor by cursor), optionally filtered by a
-        ``MATCH`` pattern and a ``TYPE``. As SCAN, a key may be yielded more than once if
-        the keyspace changes meanwhile."""
+        ``MATCH`` pattern and a ``TYPE`` (``type`` or redis-py's ``_type``). As SCAN, a key
+        may be yielded more than once if the keyspace changes meanwhile."""
         cursor = 0
+        kind = _type if _type is not None else type
         while True:
-            cursor, keys = await self.scan(cursor, match=match, count=count, type=type)
+            cursor, keys = await self.scan(cursor, match=match, count=count, _type=kind)
             for key in keys:
                 yield key
             if cursor == 0:

@@ -449,6 +449,7 @@ class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
         match: KeyT | None = None,
         count: int | None = None,
         type: str | None = None,
+        _type: str | None = None,
     ) -> AsyncIterator[Any]:
         """Iterate over every key of every master (``SCAN`` on each, one after the
         other), optionally filtered by ``MATCH`` and ``TYPE``. As ``SCAN``, a key may be
@@ -458,7 +459,8 @@ class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
         for info in list(self._map.masters):
             node = await self._node(info)
             assert node.client is not None
-            async for key in node.client.scan_iter(match=match, count=count, type=type):
+            kind = _type if _type is not None else type
+            async for key in node.client.scan_iter(match=match, count=count, _type=kind):
                 yield key
 
     def pipeline(self, transaction: bool = False) -> ClusterPipeline:

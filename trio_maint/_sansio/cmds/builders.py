@@ -26,6 +26,7 @@ from .types import (
 )
 
 __all__ = [
+    "build_acl_setuser",
     "build_bitfield_ro",
     "build_blpop",
     "build_brpop",
@@ -39,6 +40,7 @@ __all__ = [
     "build_hset",
     "build_lolwut",
     "build_migrate",
+    "build_module_loadex",
     "build_pexpire",
     "build_ping",
     "build_scan",
@@ -159,7 +161,7 @@ def build_migrate(
     if auth is not None:
         args += ["AUTH", auth]
     args += ["KEYS", *names]
-    return tuple(args), is_ok
+    return tuple(args), None
 
 
 def _scan_args(
@@ -399,3 +401,77 @@ def build_slaveof(host: str | None, port: int | None) -> Built:
     if host is None and port is None:
         return ("SLAVEOF", "NO", "ONE"), is_ok
     return ("SLAVEOF", host, port), is_ok  # type: ignore[return-value]
+
+
+def build_module_loadex(
+    path: str, options: Sequence[str] | None, args: Sequence[str] | None
+) -> Built:
+    """``MODULE LOADEX path [CONFIG name value ...] [ARGS arg ...]``: ``options`` is a flat
+    ``[name, value, ...]``."""
+    out: list[CommandArg] = ["MODULE", "LOADEX", path]
+    items = list(options or ())
+    if len(items) % 2:
+        raise DataError("module_loadex(): options is a flat list of name, value pairs")
+    for i in range(0, len(items), 2):
+        out += ["CONFIG", items[i], items[i + 1]]
+    if args:
+        out += ["ARGS", *args]
+    return tuple(out), None
+
+
+def _many(value: str | Iterable[str] | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def build_acl_setuser(
+    username: str,
+    enabled: bool,
+    nopass: bool,
+    passwords: str | Iterable[str] | None,
+    hashed_passwords: str | Iterable[str] | None,
+    categories: Iterable[str] | None,
+    commands: Iterable[str] | None,
+    keys: Iterable[KeyT] | None,
+    channels: Iterable[KeyT] | None,
+    selectors: Iterable[tuple[str, KeyT]] | None,
+    reset: bool,
+    reset_keys: bool,
+    reset_channels: bool,
+    reset_passwords: bool,
+) -> Built:
+    """``ACL SETUSER username rule ...`` from redis-py's keywords: ``passwords`` are
+    ``+pw``/``-pw`` rules, ``hashed_passwords`` ``+hash``/``-hash`` (sent as ``#``/``!``),
+    ``categories`` and ``commands`` ``+@cat``/``-cmd``..., ``keys`` patterns (``~``),
+    ``channels`` patterns (``&``), ``selectors`` ``(command, key)`` pairs."""
+    args: list[CommandArg] = ["ACL", "SETUSER", username]
+    if reset:
+        args.append("reset")
+    if reset_keys:
+        args.append("resetkeys")
+    if reset_channels:
+        args.append("resetchannels")
+    if reset_passwords:
+        args.append("resetpass")
+    args.append("on" if enabled else "off")
+    if nopass:
+        args.append("nopass")
+    for pw in _many(passwords):
+        if pw[:1] not in ("+", "-"):
+            raise DataError("acl_setuser(): a password starts with + (add) or - (remove)")
+        args.append((">" if pw[0] == "+" else "<") + pw[1:])
+    for hashed in _many(hashed_passwords):
+        if hashed[:1] not in ("+", "-"):
+            raise DataError("acl_setuser(): a hashed password starts with + or -")
+        args.append(("#" if hashed[0] == "+" else "!") + hashed[1:])
+    args.extend(categories or ())
+    args.extend(commands or ())
+    for key in keys or ():
+        args.append(b"~" + key if isinstance(key, bytes) else "~" + key)
+    for channel in channels or ():
+        args.append(b"&" + channel if isinstance(channel, bytes) else "&" + channel)
+    for command, key in selectors or ():
+        text = key.decode() if isinstance(key, bytes) else key
+        args.append(f"({command} ~{text})")
+    return tuple(args), is_ok

@@ -1,4 +1,4 @@
-"""Hand-written argument builders (sans-IO) of sorted-set, geo and stream commands. Each
+"""Hand-written argument builders (sans-IO) of sorted-set and stream commands. Each
 takes the method's parameters and returns ``(args, callback)``."""
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ __all__ = [
     "build_bzmpop",
     "build_bzpopmax",
     "build_bzpopmin",
-    "build_georadius",
-    "build_georadiusbymember",
-    "build_geosearch",
-    "build_geosearchstore",
     "build_xadd",
     "build_xautoclaim",
     "build_xclaim",
@@ -43,8 +39,10 @@ __all__ = [
     "build_zrange",
     "build_zrangebyscore",
     "build_zrangestore",
+    "build_zrank",
     "build_zrevrange",
     "build_zrevrangebyscore",
+    "build_zrevrank",
     "build_zscan",
     "build_zunion",
     "build_zunionstore",
@@ -103,9 +101,7 @@ def _range_args(
     if offset is not None and not (byscore or bylex):
         raise DataError(f"{command.lower()}(): offset and num need byscore or bylex")
     args: list[CommandArg] = [command] if dest is None else [command, dest]
-    if desc and (byscore or bylex):
-        start, end = end, start  # REV with BYSCORE/BYLEX takes max first
-    args += [name, start, end]
+    args += [name, start, end]  # with REV and BYSCORE/BYLEX: the high bound first
     if byscore:
         args.append("BYSCORE")
     elif bylex:
@@ -130,7 +126,8 @@ def build_zrange(
     num: int | None,
 ) -> Built:
     """``ZRANGE name start end [BYSCORE|BYLEX] [REV] [LIMIT o n] [WITHSCORES]``; with
-    ``desc`` and ``byscore``/``bylex``, ``start`` is the low bound (as in redis-py)."""
+    ``desc`` and ``byscore``/``bylex``, ``start`` is the high bound (as the server and
+    redis-py take it)."""
     args = _range_args("ZRANGE", None, name, start, end, desc, byscore, bylex, offset, num)
     if withscores:
         args.append("WITHSCORES")
@@ -254,10 +251,40 @@ def build_zinter(
 
 
 def build_zunion(
-    keys: Sequence[KeyT] | Mapping[KeyT, float], aggregate: str | None, withscores: bool
+    keys: Sequence[KeyT] | Mapping[KeyT, float],
+    aggregate: str | None,
+    withscores: bool,
+    score_cast_func: Callable[[Any], Any],
 ) -> Built:
     """``ZUNION`` (as :func:`build_zinter`)."""
-    return _combine("ZUNION", None, keys, aggregate, withscores)
+    args, _ = _combine("ZUNION", None, keys, aggregate, withscores)
+    return args, _scores(withscores, score_cast_func)
+
+
+def _rank(
+    command: str, name: KeyT, value: FieldT, withscore: bool, cast: Callable[[Any], Any]
+) -> Built:
+    if not withscore:
+        return (command, name, value), None
+
+    def shape(reply: Any) -> Any:
+        return None if reply is None else [reply[0], cast(reply[1])]
+
+    return (command, name, value, "WITHSCORE"), shape
+
+
+def build_zrank(
+    name: KeyT, value: FieldT, withscore: bool, score_cast_func: Callable[[Any], Any]
+) -> Built:
+    """``ZRANK name member [WITHSCORE]`` (``WITHSCORE`` needs Redis 7.2)."""
+    return _rank("ZRANK", name, value, withscore, score_cast_func)
+
+
+def build_zrevrank(
+    name: KeyT, value: FieldT, withscore: bool, score_cast_func: Callable[[Any], Any]
+) -> Built:
+    """``ZREVRANK name member [WITHSCORE]`` (``WITHSCORE`` needs Redis 7.2)."""
+    return _rank("ZREVRANK", name, value, withscore, score_cast_func)
 
 
 def build_zinterstore(
@@ -310,191 +337,6 @@ def build_bzpopmin(keys: KeyT | Iterable[KeyT], timeout: float) -> Built:
 def build_bzpopmax(keys: KeyT | Iterable[KeyT], timeout: float) -> Built:
     """``BZPOPMAX key [key ...] timeout``."""
     return ("BZPOPMAX", *list_or_args(keys, ()), timeout), None
-
-
-# --------------------------------------------------------------------------------- geo
-
-
-def _geo_radius_tail(
-    args: list[CommandArg],
-    unit: str | None,
-    withdist: bool,
-    withcoord: bool,
-    withhash: bool,
-    count: int | None,
-    sort: str | None,
-    store: KeyT | None,
-    store_dist: KeyT | None,
-    any: bool,
-) -> Built:
-    args.append(unit or "m")
-    for flag, on in (("WITHDIST", withdist), ("WITHCOORD", withcoord), ("WITHHASH", withhash)):
-        if on:
-            args.append(flag)
-    if count is not None:
-        args += ["COUNT", count]
-        if any:
-            args.append("ANY")
-    elif any:
-        raise DataError("any=True needs count")
-    if sort is not None:
-        args.append(sort.upper())
-    if store is not None:
-        args += ["STORE", store]
-    if store_dist is not None:
-        args += ["STOREDIST", store_dist]
-    return tuple(args), None
-
-
-def build_georadius(
-    name: KeyT,
-    longitude: float,
-    latitude: float,
-    radius: float,
-    unit: str | None,
-    withdist: bool,
-    withcoord: bool,
-    withhash: bool,
-    count: int | None,
-    sort: str | None,
-    store: KeyT | None,
-    store_dist: KeyT | None,
-    any: bool,
-) -> Built:
-    """``GEORADIUS name lon lat radius unit [WITH...] [COUNT n [ANY]] [ASC|DESC] [STORE k]
-    [STOREDIST k]``."""
-    args: list[CommandArg] = ["GEORADIUS", name, longitude, latitude, radius]
-    return _geo_radius_tail(
-        args, unit, withdist, withcoord, withhash, count, sort, store, store_dist, any
-    )
-
-
-def build_georadiusbymember(
-    name: KeyT,
-    member: EncodableT,
-    radius: float,
-    unit: str | None,
-    withdist: bool,
-    withcoord: bool,
-    withhash: bool,
-    count: int | None,
-    sort: str | None,
-    store: KeyT | None,
-    store_dist: KeyT | None,
-    any: bool,
-) -> Built:
-    """``GEORADIUSBYMEMBER name member radius unit ...`` (as :func:`build_georadius`)."""
-    args: list[CommandArg] = ["GEORADIUSBYMEMBER", name, member, radius]
-    return _geo_radius_tail(
-        args, unit, withdist, withcoord, withhash, count, sort, store, store_dist, any
-    )
-
-
-def _geosearch(
-    args: list[CommandArg],
-    member: EncodableT | None,
-    longitude: float | None,
-    latitude: float | None,
-    unit: str,
-    radius: float | None,
-    width: float | None,
-    height: float | None,
-    sort: str | None,
-    count: int | None,
-    any: bool,
-) -> list[CommandArg]:
-    if (member is None) == (longitude is None or latitude is None):
-        raise DataError("geosearch: give member, or longitude and latitude")
-    if (radius is None) == (width is None or height is None):
-        raise DataError("geosearch: give radius, or width and height")
-    if member is not None:
-        args += ["FROMMEMBER", member]
-    else:
-        args += ["FROMLONLAT", longitude, latitude]  # type: ignore[list-item]
-    if radius is not None:
-        args += ["BYRADIUS", radius, unit]
-    else:
-        args += ["BYBOX", width, height, unit]  # type: ignore[list-item]
-    if sort is not None:
-        args.append(sort.upper())
-    if count is not None:
-        args += ["COUNT", count]
-        if any:
-            args.append("ANY")
-    elif any:
-        raise DataError("geosearch: any=True needs count")
-    return args
-
-
-def build_geosearch(
-    name: KeyT,
-    member: EncodableT | None,
-    longitude: float | None,
-    latitude: float | None,
-    unit: str,
-    radius: float | None,
-    width: float | None,
-    height: float | None,
-    sort: str | None,
-    count: int | None,
-    any: bool,
-    withcoord: bool,
-    withdist: bool,
-    withhash: bool,
-) -> Built:
-    """``GEOSEARCH name FROMMEMBER m | FROMLONLAT lon lat BYRADIUS r unit | BYBOX w h unit
-    [ASC|DESC] [COUNT n [ANY]] [WITHCOORD] [WITHDIST] [WITHHASH]``."""
-    args = _geosearch(
-        ["GEOSEARCH", name],
-        member,
-        longitude,
-        latitude,
-        unit,
-        radius,
-        width,
-        height,
-        sort,
-        count,
-        any,
-    )
-    for flag, on in (("WITHCOORD", withcoord), ("WITHDIST", withdist), ("WITHHASH", withhash)):
-        if on:
-            args.append(flag)
-    return tuple(args), None
-
-
-def build_geosearchstore(
-    dest: KeyT,
-    name: KeyT,
-    member: EncodableT | None,
-    longitude: float | None,
-    latitude: float | None,
-    unit: str,
-    radius: float | None,
-    width: float | None,
-    height: float | None,
-    sort: str | None,
-    count: int | None,
-    any: bool,
-    storedist: bool,
-) -> Built:
-    """``GEOSEARCHSTORE dest name ... [STOREDIST]`` (as :func:`build_geosearch`)."""
-    args = _geosearch(
-        ["GEOSEARCHSTORE", dest, name],
-        member,
-        longitude,
-        latitude,
-        unit,
-        radius,
-        width,
-        height,
-        sort,
-        count,
-        any,
-    )
-    if storedist:
-        args.append("STOREDIST")
-    return tuple(args), None
 
 
 # ----------------------------------------------------------------------------- streams

@@ -3,6 +3,7 @@ each turns a raw RESP3 reply into the shape the method documents."""
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -10,12 +11,17 @@ __all__ = [
     "bool_list",
     "cast_pairs",
     "float_or_none",
+    "geo_items",
     "hscan_reply",
     "pair_list",
     "parse_client_info",
     "parse_client_list",
+    "str_dict",
+    "str_keys",
     "time_pair",
+    "to_datetime",
     "to_dict",
+    "to_str",
     "zscan_reply",
 ]
 
@@ -95,5 +101,56 @@ def zscan_reply(cast: Callable[[Any], Any]) -> Callable[[Any], tuple[int, list[A
     def apply(reply: Any) -> tuple[int, list[Any]]:
         it = iter(reply[1])
         return int(reply[0]), [(m, cast(s)) for m, s in zip(it, it, strict=True)]
+
+    return apply
+
+
+def _str(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def to_str(reply: Any) -> str:
+    """A bulk string → ``str`` (``SCRIPT LOAD``'s sha, as redis-py)."""
+    return str(_str(reply))
+
+
+def str_dict(reply: Any) -> dict[str, str]:
+    """A map (or flat pairs) → a ``dict`` of ``str`` (``CONFIG GET``, as redis-py)."""
+    return {_str(k): _str(v) for k, v in to_dict(reply).items()}
+
+
+def str_keys(reply: Any) -> dict[str, Any]:
+    """A map → a ``dict`` with ``str`` keys (``MEMORY STATS``, as redis-py)."""
+    return {_str(k): v for k, v in to_dict(reply).items()}
+
+
+def to_datetime(reply: Any) -> datetime.datetime:
+    """A Unix time → a local naive ``datetime`` (``LASTSAVE``, as redis-py)."""
+    return datetime.datetime.fromtimestamp(int(reply))
+
+
+def geo_items(withdist: bool, withhash: bool, withcoord: bool) -> Callable[[Any], Any]:
+    """``GEORADIUS``/``GEOSEARCH`` items with ``WITHDIST`` / ``WITHHASH`` /
+    ``WITHCOORD``: ``[name, dist (float), hash (int), (lon, lat)]``, only the parts
+    asked for."""
+
+    def apply(reply: Any) -> Any:
+        if not isinstance(reply, list):
+            return reply  # STORE: a count
+        out = []
+        for item in reply:
+            shaped = [item[0]]
+            index = 1
+            if withdist:
+                shaped.append(float(item[index]))
+                index += 1
+            if withhash:
+                shaped.append(int(item[index]))
+                index += 1
+            if withcoord:
+                lon, lat = item[index]
+                shaped.append((float(lon), float(lat)))
+            out.append(shaped)
+        return out
 
     return apply

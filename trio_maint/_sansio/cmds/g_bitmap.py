@@ -36,7 +36,9 @@ class BitmapClient(ClientBase):
             cmd.append(mode)
         return self._command(tuple(cmd))
 
-    def bitfield(self, key: KeyT, *args: EncodableT) -> Awaitable[list[int | None]]:
+    def bitfield(
+        self, key: KeyT, *args: EncodableT, default_overflow: str | None = None
+    ) -> Awaitable[list[int | None]]:
         """``BITFIELD key [GET encoding offset | [OVERFLOW WRAP | SAT | FAIL] <SET encoding offset
         value | INCRBY encoding offset increment> [GET encoding offset | [OVERFLOW WRAP | SAT |
         FAIL] <SET encoding offset value | INCRBY encoding offset increment> ...]]``
@@ -44,10 +46,15 @@ class BitmapClient(ClientBase):
         Perform arbitrary bitfield integer operations on strings.
 
         Reply: ``list[int | None]``.
+        The operations are given as the server takes them (GET/SET/INCRBY ...).
 
         https://redis.io/commands/bitfield/
         """
-        return self._command(("BITFIELD", key, *args))
+        cmd: list[CommandArg] = ["BITFIELD", key]
+        if default_overflow is not None:
+            cmd += ("OVERFLOW", default_overflow)
+        cmd.extend(args)
+        return self._command(tuple(cmd))
 
     def bitfield_ro(
         self, key: KeyT, encoding: str, offset: int, items: Sequence[tuple[str, int]] | None = None
@@ -143,7 +150,7 @@ class BitmapPipeline(PipelineBase):
             cmd.append(mode)
         return self._command(tuple(cmd))
 
-    def bitfield(self, key: KeyT, *args: EncodableT) -> Self:
+    def bitfield(self, key: KeyT, *args: EncodableT, default_overflow: str | None = None) -> Self:
         """``BITFIELD key [GET encoding offset | [OVERFLOW WRAP | SAT | FAIL] <SET encoding offset
         value | INCRBY encoding offset increment> [GET encoding offset | [OVERFLOW WRAP | SAT |
         FAIL] <SET encoding offset value | INCRBY encoding offset increment> ...]]``
@@ -152,10 +159,15 @@ class BitmapPipeline(PipelineBase):
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``list[int |
         None]``.
+        The operations are given as the server takes them (GET/SET/INCRBY ...).
 
         https://redis.io/commands/bitfield/
         """
-        return self._command(("BITFIELD", key, *args))
+        cmd: list[CommandArg] = ["BITFIELD", key]
+        if default_overflow is not None:
+            cmd += ("OVERFLOW", default_overflow)
+        cmd.extend(args)
+        return self._command(tuple(cmd))
 
     def bitfield_ro(
         self, key: KeyT, encoding: str, offset: int, items: Sequence[tuple[str, int]] | None = None

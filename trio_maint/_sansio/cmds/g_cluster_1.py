@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any, Self
 
+from ..replies import is_ok
 from ..resp import CommandArg
 from .base import ClientBase, PipelineBase
-from .types import EncodableT, KeyT, Value
+from .types import EncodableT, Value
 
 __all__ = ["Cluster1Client", "Cluster1Pipeline"]
 
@@ -17,28 +18,39 @@ __all__ = ["Cluster1Client", "Cluster1Pipeline"]
 class Cluster1Client(ClientBase):
     """``cluster`` commands on a client: each returns an awaitable of its reply."""
 
-    def cluster_addslots(self, *slot: int) -> Awaitable[Any]:
+    def cluster(self, cluster_arg: str, *args: EncodableT) -> Awaitable[Any]:
+        """``CLUSTER INFO``
+
+        Provides info about Redis Cluster node state.
+
+        Reply: ``Any``.
+
+        https://redis.io/commands/cluster-info/
+        """
+        return self._command(("CLUSTER", cluster_arg, *args))
+
+    def cluster_addslots(self, *slot: int) -> Awaitable[bool]:
         """``CLUSTER ADDSLOTS slot [slot ...]``
 
         Assign new hash slots to receiving node.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
 
         https://redis.io/commands/cluster-addslots/
         """
-        return self._command(("CLUSTER", "ADDSLOTS", *slot))
+        return self._command(("CLUSTER", "ADDSLOTS", *slot), is_ok)
 
-    def cluster_addslotsrange(self, *args: EncodableT) -> Awaitable[Any]:
+    def cluster_addslotsrange(self, *args: EncodableT) -> Awaitable[bool]:
         """``CLUSTER ADDSLOTSRANGE start-slot end-slot [start-slot end-slot ...]``
 
         Assign new hash slots to receiving node.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
         Arguments are passed through as the server takes them.
 
         https://redis.io/commands/cluster-addslotsrange/
         """
-        return self._command(("CLUSTER", "ADDSLOTSRANGE", *args))
+        return self._command(("CLUSTER", "ADDSLOTSRANGE", *args), is_ok)
 
     def cluster_bumpepoch(self) -> Awaitable[Any]:
         """``CLUSTER BUMPEPOCH``
@@ -73,35 +85,35 @@ class Cluster1Client(ClientBase):
         """
         return self._command(("CLUSTER", "COUNTKEYSINSLOT", slot_id))
 
-    def cluster_delslots(self, *slot: int) -> Awaitable[Any]:
+    def cluster_delslots(self, *slot: int) -> Awaitable[bool]:
         """``CLUSTER DELSLOTS slot [slot ...]``
 
         Set hash slots as unbound in receiving node.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
 
         https://redis.io/commands/cluster-delslots/
         """
-        return self._command(("CLUSTER", "DELSLOTS", *slot))
+        return self._command(("CLUSTER", "DELSLOTS", *slot), is_ok)
 
-    def cluster_delslotsrange(self, *args: EncodableT) -> Awaitable[Any]:
+    def cluster_delslotsrange(self, *args: EncodableT) -> Awaitable[bool]:
         """``CLUSTER DELSLOTSRANGE start-slot end-slot [start-slot end-slot ...]``
 
         Set hash slots as unbound in receiving node.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
         Arguments are passed through as the server takes them.
 
         https://redis.io/commands/cluster-delslotsrange/
         """
-        return self._command(("CLUSTER", "DELSLOTSRANGE", *args))
+        return self._command(("CLUSTER", "DELSLOTSRANGE", *args), is_ok)
 
-    def cluster_failover(self, force: bool = False, takeover: bool = False) -> Awaitable[Any]:
+    def cluster_failover(self, force: bool = False, takeover: bool = False) -> Awaitable[bool]:
         """``CLUSTER FAILOVER [FORCE | TAKEOVER]``
 
         Forces a replica to perform a manual failover of its master.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
 
         https://redis.io/commands/cluster-failover/
         """
@@ -110,7 +122,7 @@ class Cluster1Client(ClientBase):
             cmd.append("FORCE")
         if takeover:
             cmd.append("TAKEOVER")
-        return self._command(tuple(cmd))
+        return self._command(tuple(cmd), is_ok)
 
     def cluster_flushslots(self) -> Awaitable[Any]:
         """``CLUSTER FLUSHSLOTS``
@@ -123,16 +135,16 @@ class Cluster1Client(ClientBase):
         """
         return self._command(("CLUSTER", "FLUSHSLOTS"))
 
-    def cluster_forget(self, node_id: EncodableT) -> Awaitable[Any]:
+    def cluster_forget(self, node_id: EncodableT) -> Awaitable[bool]:
         """``CLUSTER FORGET node-id``
 
         Remove a node from the nodes table.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
 
         https://redis.io/commands/cluster-forget/
         """
-        return self._command(("CLUSTER", "FORGET", node_id))
+        return self._command(("CLUSTER", "FORGET", node_id), is_ok)
 
     def cluster_getkeysinslot(self, slot_id: int, num_keys: int) -> Awaitable[list[Value]]:
         """``CLUSTER GETKEYSINSLOT slot count``
@@ -167,43 +179,43 @@ class Cluster1Client(ClientBase):
         """
         return self._command(("CLUSTER", "INFO"))
 
-    def cluster_keyslot(self, key: KeyT) -> Awaitable[int]:
-        """``CLUSTER KEYSLOT key``
-
-        Returns the hash slot of the specified key.
-
-        Reply: ``int``.
-
-        https://redis.io/commands/cluster-keyslot/
-        """
-        return self._command(("CLUSTER", "KEYSLOT", key))
-
 
 class Cluster1Pipeline(PipelineBase):
     """``cluster`` commands on a pipeline: each queues its command and returns the pipeline."""
+
+    def cluster(self, cluster_arg: str, *args: EncodableT) -> Self:
+        """``CLUSTER INFO``
+
+        Provides info about Redis Cluster node state.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+
+        https://redis.io/commands/cluster-info/
+        """
+        return self._command(("CLUSTER", cluster_arg, *args))
 
     def cluster_addslots(self, *slot: int) -> Self:
         """``CLUSTER ADDSLOTS slot [slot ...]``
 
         Assign new hash slots to receiving node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
 
         https://redis.io/commands/cluster-addslots/
         """
-        return self._command(("CLUSTER", "ADDSLOTS", *slot))
+        return self._command(("CLUSTER", "ADDSLOTS", *slot), is_ok)
 
     def cluster_addslotsrange(self, *args: EncodableT) -> Self:
         """``CLUSTER ADDSLOTSRANGE start-slot end-slot [start-slot end-slot ...]``
 
         Assign new hash slots to receiving node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
         Arguments are passed through as the server takes them.
 
         https://redis.io/commands/cluster-addslotsrange/
         """
-        return self._command(("CLUSTER", "ADDSLOTSRANGE", *args))
+        return self._command(("CLUSTER", "ADDSLOTSRANGE", *args), is_ok)
 
     def cluster_bumpepoch(self) -> Self:
         """``CLUSTER BUMPEPOCH``
@@ -243,30 +255,30 @@ class Cluster1Pipeline(PipelineBase):
 
         Set hash slots as unbound in receiving node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
 
         https://redis.io/commands/cluster-delslots/
         """
-        return self._command(("CLUSTER", "DELSLOTS", *slot))
+        return self._command(("CLUSTER", "DELSLOTS", *slot), is_ok)
 
     def cluster_delslotsrange(self, *args: EncodableT) -> Self:
         """``CLUSTER DELSLOTSRANGE start-slot end-slot [start-slot end-slot ...]``
 
         Set hash slots as unbound in receiving node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
         Arguments are passed through as the server takes them.
 
         https://redis.io/commands/cluster-delslotsrange/
         """
-        return self._command(("CLUSTER", "DELSLOTSRANGE", *args))
+        return self._command(("CLUSTER", "DELSLOTSRANGE", *args), is_ok)
 
     def cluster_failover(self, force: bool = False, takeover: bool = False) -> Self:
         """``CLUSTER FAILOVER [FORCE | TAKEOVER]``
 
         Forces a replica to perform a manual failover of its master.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
 
         https://redis.io/commands/cluster-failover/
         """
@@ -275,7 +287,7 @@ class Cluster1Pipeline(PipelineBase):
             cmd.append("FORCE")
         if takeover:
             cmd.append("TAKEOVER")
-        return self._command(tuple(cmd))
+        return self._command(tuple(cmd), is_ok)
 
     def cluster_flushslots(self) -> Self:
         """``CLUSTER FLUSHSLOTS``
@@ -293,11 +305,11 @@ class Cluster1Pipeline(PipelineBase):
 
         Remove a node from the nodes table.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
 
         https://redis.io/commands/cluster-forget/
         """
-        return self._command(("CLUSTER", "FORGET", node_id))
+        return self._command(("CLUSTER", "FORGET", node_id), is_ok)
 
     def cluster_getkeysinslot(self, slot_id: int, num_keys: int) -> Self:
         """``CLUSTER GETKEYSINSLOT slot count``
@@ -332,14 +344,3 @@ class Cluster1Pipeline(PipelineBase):
         https://redis.io/commands/cluster-info/
         """
         return self._command(("CLUSTER", "INFO"))
-
-    def cluster_keyslot(self, key: KeyT) -> Self:
-        """``CLUSTER KEYSLOT key``
-
-        Returns the hash slot of the specified key.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``int``.
-
-        https://redis.io/commands/cluster-keyslot/
-        """
-        return self._command(("CLUSTER", "KEYSLOT", key))

@@ -7,15 +7,27 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any, Self
 
+from ..replies import is_ok
 from ..resp import CommandArg
 from .base import ClientBase, PipelineBase
-from .types import EncodableT
+from .types import EncodableT, KeyT
 
 __all__ = ["Cluster2Client", "Cluster2Pipeline"]
 
 
 class Cluster2Client(ClientBase):
     """``cluster`` commands on a client: each returns an awaitable of its reply."""
+
+    def cluster_keyslot(self, key: KeyT) -> Awaitable[int]:
+        """``CLUSTER KEYSLOT key``
+
+        Returns the hash slot of the specified key.
+
+        Reply: ``int``.
+
+        https://redis.io/commands/cluster-keyslot/
+        """
+        return self._command(("CLUSTER", "KEYSLOT", key))
 
     def cluster_links(self) -> Awaitable[Any]:
         """``CLUSTER LINKS``
@@ -30,19 +42,19 @@ class Cluster2Client(ClientBase):
 
     def cluster_meet(
         self, ip: EncodableT, port: int, cluster_bus_port: int | None = None
-    ) -> Awaitable[Any]:
+    ) -> Awaitable[bool]:
         """``CLUSTER MEET ip port [cluster_bus_port]``
 
         Force a node cluster to handshake with another node.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
 
         https://redis.io/commands/cluster-meet/
         """
         cmd: list[CommandArg] = ["CLUSTER", "MEET", ip, port]
         if cluster_bus_port is not None:
             cmd.append(cluster_bus_port)
-        return self._command(tuple(cmd))
+        return self._command(tuple(cmd), is_ok)
 
     def cluster_myid(self) -> Awaitable[Any]:
         """``CLUSTER MYID``
@@ -77,23 +89,23 @@ class Cluster2Client(ClientBase):
         """
         return self._command(("CLUSTER", "REPLICAS", node_id))
 
-    def cluster_replicate(self, node_id: EncodableT) -> Awaitable[Any]:
+    def cluster_replicate(self, node_id: EncodableT) -> Awaitable[bool]:
         """``CLUSTER REPLICATE node-id``
 
         Reconfigure a node as a replica of the specified master node.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
 
         https://redis.io/commands/cluster-replicate/
         """
-        return self._command(("CLUSTER", "REPLICATE", node_id))
+        return self._command(("CLUSTER", "REPLICATE", node_id), is_ok)
 
-    def cluster_reset(self, hard: bool = False, soft: bool = False) -> Awaitable[Any]:
+    def cluster_reset(self, hard: bool = False, soft: bool = False) -> Awaitable[bool]:
         """``CLUSTER RESET [HARD | SOFT]``
 
         Reset a Redis Cluster node.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
 
         https://redis.io/commands/cluster-reset/
         """
@@ -102,41 +114,41 @@ class Cluster2Client(ClientBase):
             cmd.append("HARD")
         if soft:
             cmd.append("SOFT")
-        return self._command(tuple(cmd))
+        return self._command(tuple(cmd), is_ok)
 
-    def cluster_saveconfig(self) -> Awaitable[Any]:
+    def cluster_saveconfig(self) -> Awaitable[bool]:
         """``CLUSTER SAVECONFIG``
 
         Forces the node to save cluster state on disk.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
 
         https://redis.io/commands/cluster-saveconfig/
         """
-        return self._command(("CLUSTER", "SAVECONFIG"))
+        return self._command(("CLUSTER", "SAVECONFIG"), is_ok)
 
-    def cluster_set_config_epoch(self, config_epoch: int) -> Awaitable[Any]:
+    def cluster_set_config_epoch(self, config_epoch: int) -> Awaitable[bool]:
         """``CLUSTER SET-CONFIG-EPOCH config-epoch``
 
         Set the configuration epoch in a new node.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
 
         https://redis.io/commands/cluster-set-config-epoch/
         """
-        return self._command(("CLUSTER", "SET-CONFIG-EPOCH", config_epoch))
+        return self._command(("CLUSTER", "SET-CONFIG-EPOCH", config_epoch), is_ok)
 
-    def cluster_setslot(self, *args: EncodableT) -> Awaitable[Any]:
+    def cluster_setslot(self, *args: EncodableT) -> Awaitable[bool]:
         """``CLUSTER SETSLOT slot <IMPORTING node-id | MIGRATING node-id | NODE node-id | STABLE>``
 
         Bind a hash slot to a specific node.
 
-        Reply: ``Any``.
+        Reply: ``bool``.
         Arguments are passed through as the server takes them.
 
         https://redis.io/commands/cluster-setslot/
         """
-        return self._command(("CLUSTER", "SETSLOT", *args))
+        return self._command(("CLUSTER", "SETSLOT", *args), is_ok)
 
     def cluster_shards(self) -> Awaitable[Any]:
         """``CLUSTER SHARDS``
@@ -175,6 +187,17 @@ class Cluster2Client(ClientBase):
 class Cluster2Pipeline(PipelineBase):
     """``cluster`` commands on a pipeline: each queues its command and returns the pipeline."""
 
+    def cluster_keyslot(self, key: KeyT) -> Self:
+        """``CLUSTER KEYSLOT key``
+
+        Returns the hash slot of the specified key.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``int``.
+
+        https://redis.io/commands/cluster-keyslot/
+        """
+        return self._command(("CLUSTER", "KEYSLOT", key))
+
     def cluster_links(self) -> Self:
         """``CLUSTER LINKS``
 
@@ -191,14 +214,14 @@ class Cluster2Pipeline(PipelineBase):
 
         Force a node cluster to handshake with another node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
 
         https://redis.io/commands/cluster-meet/
         """
         cmd: list[CommandArg] = ["CLUSTER", "MEET", ip, port]
         if cluster_bus_port is not None:
             cmd.append(cluster_bus_port)
-        return self._command(tuple(cmd))
+        return self._command(tuple(cmd), is_ok)
 
     def cluster_myid(self) -> Self:
         """``CLUSTER MYID``
@@ -238,18 +261,18 @@ class Cluster2Pipeline(PipelineBase):
 
         Reconfigure a node as a replica of the specified master node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
 
         https://redis.io/commands/cluster-replicate/
         """
-        return self._command(("CLUSTER", "REPLICATE", node_id))
+        return self._command(("CLUSTER", "REPLICATE", node_id), is_ok)
 
     def cluster_reset(self, hard: bool = False, soft: bool = False) -> Self:
         """``CLUSTER RESET [HARD | SOFT]``
 
         Reset a Redis Cluster node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
 
         https://redis.io/commands/cluster-reset/
         """
@@ -258,41 +281,41 @@ class Cluster2Pipeline(PipelineBase):
             cmd.append("HARD")
         if soft:
             cmd.append("SOFT")
-        return self._command(tuple(cmd))
+        return self._command(tuple(cmd), is_ok)
 
     def cluster_saveconfig(self) -> Self:
         """``CLUSTER SAVECONFIG``
 
         Forces the node to save cluster state on disk.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
 
         https://redis.io/commands/cluster-saveconfig/
         """
-        return self._command(("CLUSTER", "SAVECONFIG"))
+        return self._command(("CLUSTER", "SAVECONFIG"), is_ok)
 
     def cluster_set_config_epoch(self, config_epoch: int) -> Self:
         """``CLUSTER SET-CONFIG-EPOCH config-epoch``
 
         Set the configuration epoch in a new node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
 
         https://redis.io/commands/cluster-set-config-epoch/
         """
-        return self._command(("CLUSTER", "SET-CONFIG-EPOCH", config_epoch))
+        return self._command(("CLUSTER", "SET-CONFIG-EPOCH", config_epoch), is_ok)
 
     def cluster_setslot(self, *args: EncodableT) -> Self:
         """``CLUSTER SETSLOT slot <IMPORTING node-id | MIGRATING node-id | NODE node-id | STABLE>``
 
         Bind a hash slot to a specific node.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
         Arguments are passed through as the server takes them.
 
         https://redis.io/commands/cluster-setslot/
         """
-        return self._command(("CLUSTER", "SETSLOT", *args))
+        return self._command(("CLUSTER", "SETSLOT", *args), is_ok)
 
     def cluster_shards(self) -> Self:
         """``CLUSTER SHARDS``

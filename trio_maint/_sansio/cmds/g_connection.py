@@ -75,7 +75,7 @@ class ConnectionClient(ClientBase):
         """
         return self._command(("CLIENT", "INFO"), parse_client_info)
 
-    def client_kill(self, address: EncodableT) -> Awaitable[bool]:
+    def client_kill(self, address: EncodableT) -> Awaitable[Value]:
         """``CLIENT KILL <ip:port | [ID client-id] | [TYPE NORMAL | MASTER | SLAVE | REPLICA |
         PUBSUB] | [USER username] | [ADDR ip:port] | [LADDR ip:port] | [SKIPME yes/no] [[ID
         client-id] | [TYPE NORMAL | MASTER | SLAVE | REPLICA | PUBSUB] | [USER username] | [ADDR
@@ -83,11 +83,11 @@ class ConnectionClient(ClientBase):
 
         Kill the connection of a client.
 
-        Reply: ``bool``.
+        Reply: ``Value``.
 
         https://redis.io/commands/client-kill/
         """
-        return self._command(("CLIENT", "KILL", address), is_ok)
+        return self._command(("CLIENT", "KILL", address))
 
     def client_kill_filter(
         self,
@@ -127,16 +127,16 @@ class ConnectionClient(ClientBase):
         cmd, callback = build_client_list(_type, client_id)
         return self._command(cmd, callback)
 
-    def client_no_evict(self, mode: str) -> Awaitable[bool]:
+    def client_no_evict(self, mode: str) -> Awaitable[Value]:
         """``CLIENT NO-EVICT <ON | OFF>``
 
         Set client eviction mode for the current connection.
 
-        Reply: ``bool``.
+        Reply: ``Value``.
 
         https://redis.io/commands/client-no-evict/
         """
-        return self._command(("CLIENT", "NO-EVICT", mode), is_ok)
+        return self._command(("CLIENT", "NO-EVICT", mode))
 
     def client_pause(self, timeout: int, all: bool = True) -> Awaitable[bool]:
         """``CLIENT PAUSE timeout [WRITE | ALL]``
@@ -186,16 +186,16 @@ class ConnectionClient(ClientBase):
             cmd.append("ERROR")
         return self._command(tuple(cmd), to_bool)
 
-    def client_unpause(self) -> Awaitable[bool]:
+    def client_unpause(self) -> Awaitable[Value]:
         """``CLIENT UNPAUSE``
 
         Resume processing of clients that were paused.
 
-        Reply: ``bool``.
+        Reply: ``Value``.
 
         https://redis.io/commands/client-unpause/
         """
-        return self._command(("CLIENT", "UNPAUSE"), is_ok)
+        return self._command(("CLIENT", "UNPAUSE"))
 
     def echo(self, value: EncodableT) -> Awaitable[Value]:
         """``ECHO message``
@@ -289,11 +289,11 @@ class ConnectionPipeline(PipelineBase):
 
         Kill the connection of a client.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
 
         https://redis.io/commands/client-kill/
         """
-        return self._command(("CLIENT", "KILL", address), is_ok)
+        return self._command(("CLIENT", "KILL", address))
 
     def client_kill_filter(
         self,
@@ -337,11 +337,11 @@ class ConnectionPipeline(PipelineBase):
 
         Set client eviction mode for the current connection.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
 
         https://redis.io/commands/client-no-evict/
         """
-        return self._command(("CLIENT", "NO-EVICT", mode), is_ok)
+        return self._command(("CLIENT", "NO-EVICT", mode))
 
     def client_pause(self, timeout: int, all: bool = True) -> Self:
         """``CLIENT PAUSE timeout [WRITE | ALL]``
@@ -397,11 +397,11 @@ class ConnectionPipeline(PipelineBase):
 
         Resume processing of clients that were paused.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
 
         https://redis.io/commands/client-unpause/
         """
-        return self._command(("CLIENT", "UNPAUSE"), is_ok)
+        return self._command(("CLIENT", "UNPAUSE"))
 
     def echo(self, value: EncodableT) -> Self:
         """``ECHO message``

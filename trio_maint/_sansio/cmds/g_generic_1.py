@@ -157,13 +157,13 @@ class Generic1Client(ClientBase):
         copy: bool = False,
         replace: bool = False,
         auth: str | None = None,
-    ) -> Awaitable[bool]:
+    ) -> Awaitable[Value]:
         """``MIGRATE host port <key | > destination-db timeout [COPY] [REPLACE] [[AUTH password] |
         [AUTH2 username password]] [KEYS key [key ...]]``
 
         Atomically transfer a key from a Redis instance to another one.
 
-        Reply: ``bool``.
+        Reply: ``Value``.
 
         https://redis.io/commands/migrate/
         """
@@ -182,6 +182,17 @@ class Generic1Client(ClientBase):
         https://redis.io/commands/move/
         """
         return self._command(("MOVE", name, db), to_bool)
+
+    def object(self, infotype: str, key: KeyT) -> Awaitable[Any]:
+        """``OBJECT ENCODING key``
+
+        Inspect the internal encoding of a Redis object.
+
+        Reply: ``Any``.
+
+        https://redis.io/commands/object-encoding/
+        """
+        return self._command(("OBJECT", infotype, key))
 
     def object_encoding(self, name: KeyT) -> Awaitable[Value | None]:
         """``OBJECT ENCODING key``
@@ -399,7 +410,7 @@ class Generic1Pipeline(PipelineBase):
 
         Atomically transfer a key from a Redis instance to another one.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
 
         https://redis.io/commands/migrate/
         """
@@ -418,6 +429,17 @@ class Generic1Pipeline(PipelineBase):
         https://redis.io/commands/move/
         """
         return self._command(("MOVE", name, db), to_bool)
+
+    def object(self, infotype: str, key: KeyT) -> Self:
+        """``OBJECT ENCODING key``
+
+        Inspect the internal encoding of a Redis object.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+
+        https://redis.io/commands/object-encoding/
+        """
+        return self._command(("OBJECT", infotype, key))
 
     def object_encoding(self, name: KeyT) -> Self:
         """``OBJECT ENCODING key``

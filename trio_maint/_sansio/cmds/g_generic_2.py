@@ -135,13 +135,13 @@ class Generic2Client(ClientBase):
         absttl: bool = False,
         idletime: int | None = None,
         frequency: int | None = None,
-    ) -> Awaitable[bool]:
+    ) -> Awaitable[Value]:
         """``RESTORE key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ
         frequency]``
 
         Create a key using the provided serialized value, previously obtained using DUMP.
 
-        Reply: ``bool``.
+        Reply: ``Value``.
 
         https://redis.io/commands/restore/
         """
@@ -154,7 +154,7 @@ class Generic2Client(ClientBase):
             cmd += ("IDLETIME", idletime)
         if frequency is not None:
             cmd += ("FREQ", frequency)
-        return self._command(tuple(cmd), is_ok)
+        return self._command(tuple(cmd))
 
     def scan(
         self,
@@ -409,7 +409,7 @@ class Generic2Pipeline(PipelineBase):
 
         Create a key using the provided serialized value, previously obtained using DUMP.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
 
         https://redis.io/commands/restore/
         """
@@ -422,7 +422,7 @@ class Generic2Pipeline(PipelineBase):
             cmd += ("IDLETIME", idletime)
         if frequency is not None:
             cmd += ("FREQ", frequency)
-        return self._command(tuple(cmd), is_ok)
+        return self._command(tuple(cmd))
 
     def scan(
         self,

@@ -9,7 +9,8 @@ from typing import Any, Self
 
 from ..resp import CommandArg
 from .base import ClientBase, PipelineBase
-from .builders_z import (
+from .builders_geo import (
+    build_geoadd,
     build_georadius,
     build_georadiusbymember,
     build_geosearch,
@@ -40,15 +41,8 @@ class GeoClient(ClientBase):
 
         https://redis.io/commands/geoadd/
         """
-        cmd: list[CommandArg] = ["GEOADD", name]
-        if nx:
-            cmd.append("NX")
-        if xx:
-            cmd.append("XX")
-        if ch:
-            cmd.append("CH")
-        cmd.extend(values)
-        return self._command(tuple(cmd))
+        cmd, callback = build_geoadd(name, values, nx, xx, ch)
+        return self._command(cmd, callback)
 
     def geodist(
         self, name: KeyT, place1: EncodableT, place2: EncodableT, unit: str | None = None
@@ -308,15 +302,8 @@ class GeoPipeline(PipelineBase):
 
         https://redis.io/commands/geoadd/
         """
-        cmd: list[CommandArg] = ["GEOADD", name]
-        if nx:
-            cmd.append("NX")
-        if xx:
-            cmd.append("XX")
-        if ch:
-            cmd.append("CH")
-        cmd.extend(values)
-        return self._command(tuple(cmd))
+        cmd, callback = build_geoadd(name, values, nx, xx, ch)
+        return self._command(cmd, callback)
 
     def geodist(
         self, name: KeyT, place1: EncodableT, place2: EncodableT, unit: str | None = None

@@ -193,6 +193,8 @@ class HashClient(ClientBase):
         Set the value of a hash field, only if the field does not exist.
 
         Reply: ``bool``.
+        bool, as this method answered before the generated surface (redis-py: the 0/1 integer,
+        which compares equal).
 
         https://redis.io/commands/hsetnx/
         """
@@ -399,6 +401,8 @@ class HashPipeline(PipelineBase):
         Set the value of a hash field, only if the field does not exist.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        bool, as this method answered before the generated surface (redis-py: the 0/1 integer,
+        which compares equal).
 
         https://redis.io/commands/hsetnx/
         """

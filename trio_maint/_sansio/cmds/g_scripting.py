@@ -11,7 +11,7 @@ from ..replies import is_ok
 from ..resp import CommandArg
 from .base import ClientBase, PipelineBase
 from .builders import build_function_flush
-from .callbacks import bool_list
+from .callbacks import bool_list, to_str
 from .types import EncodableT, Value
 
 __all__ = ["ScriptingClient", "ScriptingPipeline"]
@@ -139,16 +139,16 @@ class ScriptingClient(ClientBase):
         """
         return self._command(("FUNCTION", "HELP"))
 
-    def function_kill(self) -> Awaitable[bool]:
+    def function_kill(self) -> Awaitable[Value]:
         """``FUNCTION KILL``
 
         Kill the function currently in execution.
 
-        Reply: ``bool``.
+        Reply: ``Value``.
 
         https://redis.io/commands/function-kill/
         """
-        return self._command(("FUNCTION", "KILL"), is_ok)
+        return self._command(("FUNCTION", "KILL"))
 
     def function_list(
         self, library: EncodableT = "*", withcode: bool = False
@@ -208,16 +208,16 @@ class ScriptingClient(ClientBase):
         """
         return self._command(("FUNCTION", "STATS"))
 
-    def script_debug(self, *args: EncodableT) -> Awaitable[bool]:
+    def script_debug(self, *args: EncodableT) -> Awaitable[Value]:
         """``SCRIPT DEBUG <YES | SYNC | NO>``
 
         Set the debug mode for executed scripts.
 
-        Reply: ``bool``.
+        Reply: ``Value``.
 
         https://redis.io/commands/script-debug/
         """
-        return self._command(("SCRIPT", "DEBUG", *args), is_ok)
+        return self._command(("SCRIPT", "DEBUG", *args))
 
     def script_exists(self, *args: EncodableT) -> Awaitable[list[bool]]:
         """``SCRIPT EXISTS sha1 [sha1 ...]``
@@ -266,16 +266,16 @@ class ScriptingClient(ClientBase):
         """
         return self._command(("SCRIPT", "KILL"), is_ok)
 
-    def script_load(self, script: EncodableT) -> Awaitable[Value]:
+    def script_load(self, script: EncodableT) -> Awaitable[str]:
         """``SCRIPT LOAD script``
 
         Load the specified Lua script into the script cache.
 
-        Reply: ``Value``.
+        Reply: ``str``.
 
         https://redis.io/commands/script-load/
         """
-        return self._command(("SCRIPT", "LOAD", script))
+        return self._command(("SCRIPT", "LOAD", script), to_str)
 
 
 class ScriptingPipeline(PipelineBase):
@@ -397,11 +397,11 @@ class ScriptingPipeline(PipelineBase):
 
         Kill the function currently in execution.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
 
         https://redis.io/commands/function-kill/
         """
-        return self._command(("FUNCTION", "KILL"), is_ok)
+        return self._command(("FUNCTION", "KILL"))
 
     def function_list(self, library: EncodableT = "*", withcode: bool = False) -> Self:
         """``FUNCTION LIST [LIBRARYNAME library-name-pattern] [WITHCODE]``
@@ -465,11 +465,11 @@ class ScriptingPipeline(PipelineBase):
 
         Set the debug mode for executed scripts.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
 
         https://redis.io/commands/script-debug/
         """
-        return self._command(("SCRIPT", "DEBUG", *args), is_ok)
+        return self._command(("SCRIPT", "DEBUG", *args))
 
     def script_exists(self, *args: EncodableT) -> Self:
         """``SCRIPT EXISTS sha1 [sha1 ...]``
@@ -523,8 +523,8 @@ class ScriptingPipeline(PipelineBase):
 
         Load the specified Lua script into the script cache.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``str``.
 
         https://redis.io/commands/script-load/
         """
-        return self._command(("SCRIPT", "LOAD", script))
+        return self._command(("SCRIPT", "LOAD", script), to_str)

@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from typing import Any, Self
 
 from ..replies import is_ok
 from ..resp import CommandArg
 from .base import ClientBase, PipelineBase
-from .types import EncodableT, Value
+from .builders import build_acl_setuser
+from .types import EncodableT, KeyT, Value
 
 __all__ = ["Server1Client", "Server1Pipeline"]
 
@@ -148,17 +149,48 @@ class Server1Client(ClientBase):
         """
         return self._command(("ACL", "SAVE"), is_ok)
 
-    def acl_setuser(self, *args: EncodableT) -> Awaitable[Any]:
+    def acl_setuser(
+        self,
+        username: str,
+        enabled: bool = False,
+        nopass: bool = False,
+        passwords: str | Iterable[str] | None = None,
+        hashed_passwords: str | Iterable[str] | None = None,
+        categories: Iterable[str] | None = None,
+        commands: Iterable[str] | None = None,
+        keys: Iterable[KeyT] | None = None,
+        channels: Iterable[KeyT] | None = None,
+        selectors: Iterable[tuple[str, KeyT]] | None = None,
+        reset: bool = False,
+        reset_keys: bool = False,
+        reset_channels: bool = False,
+        reset_passwords: bool = False,
+    ) -> Awaitable[bool]:
         """``ACL SETUSER username [rule [rule ...]]``
 
         Modify or create the rules for a specific ACL user.
 
-        Reply: ``Any``.
-        Arguments are passed through as the server takes them.
+        Reply: ``bool``.
 
         https://redis.io/commands/acl-setuser/
         """
-        return self._command(("ACL", "SETUSER", *args))
+        cmd, callback = build_acl_setuser(
+            username,
+            enabled,
+            nopass,
+            passwords,
+            hashed_passwords,
+            categories,
+            commands,
+            keys,
+            channels,
+            selectors,
+            reset,
+            reset_keys,
+            reset_channels,
+            reset_passwords,
+        )
+        return self._command(cmd, callback)
 
     def acl_users(self) -> Awaitable[list[Value]]:
         """``ACL USERS``
@@ -207,62 +239,7 @@ class Server1Client(ClientBase):
             cmd.append("SCHEDULE")
         return self._command(tuple(cmd))
 
-    def command_count(self) -> Awaitable[int]:
-        """``COMMAND COUNT``
-
-        Get total number of Redis commands.
-
-        Reply: ``int``.
-
-        https://redis.io/commands/command-count/
-        """
-        return self._command(("COMMAND", "COUNT"))
-
-    def command_docs(self, *args: EncodableT) -> Awaitable[dict[Any, Any]]:
-        """``COMMAND DOCS [command-name [command-name ...]]``
-
-        Get array of specific Redis command documentation.
-
-        Reply: ``dict[Any, Any]``.
-
-        https://redis.io/commands/command-docs/
-        """
-        return self._command(("COMMAND", "DOCS", *args))
-
-    def command_getkeys(self, *args: EncodableT) -> Awaitable[list[Value]]:
-        """``COMMAND GETKEYS``
-
-        Extract keys given a full Redis command.
-
-        Reply: ``list[Value]``.
-
-        https://redis.io/commands/command-getkeys/
-        """
-        return self._command(("COMMAND", "GETKEYS", *args))
-
-    def command_getkeysandflags(self, *args: EncodableT) -> Awaitable[list[Any]]:
-        """``COMMAND GETKEYSANDFLAGS``
-
-        Extract keys and access flags given a full Redis command.
-
-        Reply: ``list[Any]``.
-
-        https://redis.io/commands/command-getkeysandflags/
-        """
-        return self._command(("COMMAND", "GETKEYSANDFLAGS", *args))
-
-    def command_help(self) -> Awaitable[Any]:
-        """``COMMAND HELP``
-
-        Show helpful text about the different subcommands.
-
-        Reply: ``Any``.
-
-        https://redis.io/commands/command-help/
-        """
-        return self._command(("COMMAND", "HELP"))
-
-    def command_info(self, *command_name: EncodableT) -> Awaitable[list[Any]]:
+    def command(self) -> Awaitable[list[Any]]:
         """``COMMAND INFO [command-name [command-name ...]]``
 
         Get array of specific Redis command details, or all when no argument is given.
@@ -271,7 +248,7 @@ class Server1Client(ClientBase):
 
         https://redis.io/commands/command-info/
         """
-        return self._command(("COMMAND", "INFO", *command_name))
+        return self._command(("COMMAND",))
 
 
 class Server1Pipeline(PipelineBase):
@@ -410,17 +387,48 @@ class Server1Pipeline(PipelineBase):
         """
         return self._command(("ACL", "SAVE"), is_ok)
 
-    def acl_setuser(self, *args: EncodableT) -> Self:
+    def acl_setuser(
+        self,
+        username: str,
+        enabled: bool = False,
+        nopass: bool = False,
+        passwords: str | Iterable[str] | None = None,
+        hashed_passwords: str | Iterable[str] | None = None,
+        categories: Iterable[str] | None = None,
+        commands: Iterable[str] | None = None,
+        keys: Iterable[KeyT] | None = None,
+        channels: Iterable[KeyT] | None = None,
+        selectors: Iterable[tuple[str, KeyT]] | None = None,
+        reset: bool = False,
+        reset_keys: bool = False,
+        reset_channels: bool = False,
+        reset_passwords: bool = False,
+    ) -> Self:
         """``ACL SETUSER username [rule [rule ...]]``
 
         Modify or create the rules for a specific ACL user.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
-        Arguments are passed through as the server takes them.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
 
         https://redis.io/commands/acl-setuser/
         """
-        return self._command(("ACL", "SETUSER", *args))
+        cmd, callback = build_acl_setuser(
+            username,
+            enabled,
+            nopass,
+            passwords,
+            hashed_passwords,
+            categories,
+            commands,
+            keys,
+            channels,
+            selectors,
+            reset,
+            reset_keys,
+            reset_channels,
+            reset_passwords,
+        )
+        return self._command(cmd, callback)
 
     def acl_users(self) -> Self:
         """``ACL USERS``
@@ -470,64 +478,7 @@ class Server1Pipeline(PipelineBase):
             cmd.append("SCHEDULE")
         return self._command(tuple(cmd))
 
-    def command_count(self) -> Self:
-        """``COMMAND COUNT``
-
-        Get total number of Redis commands.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``int``.
-
-        https://redis.io/commands/command-count/
-        """
-        return self._command(("COMMAND", "COUNT"))
-
-    def command_docs(self, *args: EncodableT) -> Self:
-        """``COMMAND DOCS [command-name [command-name ...]]``
-
-        Get array of specific Redis command documentation.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[Any,
-        Any]``.
-
-        https://redis.io/commands/command-docs/
-        """
-        return self._command(("COMMAND", "DOCS", *args))
-
-    def command_getkeys(self, *args: EncodableT) -> Self:
-        """``COMMAND GETKEYS``
-
-        Extract keys given a full Redis command.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
-
-        https://redis.io/commands/command-getkeys/
-        """
-        return self._command(("COMMAND", "GETKEYS", *args))
-
-    def command_getkeysandflags(self, *args: EncodableT) -> Self:
-        """``COMMAND GETKEYSANDFLAGS``
-
-        Extract keys and access flags given a full Redis command.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
-
-        https://redis.io/commands/command-getkeysandflags/
-        """
-        return self._command(("COMMAND", "GETKEYSANDFLAGS", *args))
-
-    def command_help(self) -> Self:
-        """``COMMAND HELP``
-
-        Show helpful text about the different subcommands.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
-
-        https://redis.io/commands/command-help/
-        """
-        return self._command(("COMMAND", "HELP"))
-
-    def command_info(self, *command_name: EncodableT) -> Self:
+    def command(self) -> Self:
         """``COMMAND INFO [command-name [command-name ...]]``
 
         Get array of specific Redis command details, or all when no argument is given.
@@ -536,4 +487,4 @@ class Server1Pipeline(PipelineBase):
 
         https://redis.io/commands/command-info/
         """
-        return self._command(("COMMAND", "INFO", *command_name))
+        return self._command(("COMMAND",))

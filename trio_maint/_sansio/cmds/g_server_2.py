@@ -10,8 +10,8 @@ from typing import Any, Self
 from ..replies import is_ok, parse_info
 from ..resp import CommandArg
 from .base import ClientBase, PipelineBase
-from .builders import build_command_list, build_lolwut
-from .callbacks import to_dict
+from .builders import build_command_list
+from .callbacks import str_dict
 from .types import EncodableT, Value
 
 __all__ = ["Server2Client", "Server2Pipeline"]
@@ -19,6 +19,72 @@ __all__ = ["Server2Client", "Server2Pipeline"]
 
 class Server2Client(ClientBase):
     """``server`` commands on a client: each returns an awaitable of its reply."""
+
+    def command_count(self) -> Awaitable[int]:
+        """``COMMAND COUNT``
+
+        Get total number of Redis commands.
+
+        Reply: ``int``.
+
+        https://redis.io/commands/command-count/
+        """
+        return self._command(("COMMAND", "COUNT"))
+
+    def command_docs(self, *args: EncodableT) -> Awaitable[dict[Any, Any]]:
+        """``COMMAND DOCS [command-name [command-name ...]]``
+
+        Get array of specific Redis command documentation.
+
+        Reply: ``dict[Any, Any]``.
+
+        https://redis.io/commands/command-docs/
+        """
+        return self._command(("COMMAND", "DOCS", *args))
+
+    def command_getkeys(self, *args: EncodableT) -> Awaitable[list[Value]]:
+        """``COMMAND GETKEYS``
+
+        Extract keys given a full Redis command.
+
+        Reply: ``list[Value]``.
+
+        https://redis.io/commands/command-getkeys/
+        """
+        return self._command(("COMMAND", "GETKEYS", *args))
+
+    def command_getkeysandflags(self, *args: EncodableT) -> Awaitable[list[Any]]:
+        """``COMMAND GETKEYSANDFLAGS``
+
+        Extract keys and access flags given a full Redis command.
+
+        Reply: ``list[Any]``.
+
+        https://redis.io/commands/command-getkeysandflags/
+        """
+        return self._command(("COMMAND", "GETKEYSANDFLAGS", *args))
+
+    def command_help(self) -> Awaitable[Any]:
+        """``COMMAND HELP``
+
+        Show helpful text about the different subcommands.
+
+        Reply: ``Any``.
+
+        https://redis.io/commands/command-help/
+        """
+        return self._command(("COMMAND", "HELP"))
+
+    def command_info(self, *command_name: EncodableT) -> Awaitable[list[Any]]:
+        """``COMMAND INFO [command-name [command-name ...]]``
+
+        Get array of specific Redis command details, or all when no argument is given.
+
+        Reply: ``list[Any]``.
+
+        https://redis.io/commands/command-info/
+        """
+        return self._command(("COMMAND", "INFO", *command_name))
 
     def command_list(
         self, module: str | None = None, category: str | None = None, pattern: str | None = None
@@ -34,18 +100,17 @@ class Server2Client(ClientBase):
         cmd, callback = build_command_list(module, category, pattern)
         return self._command(cmd, callback)
 
-    def config_get(
-        self, pattern: EncodableT = "*", *args: EncodableT
-    ) -> Awaitable[dict[Value, Value]]:
+    def config_get(self, pattern: EncodableT = "*", *args: EncodableT) -> Awaitable[dict[str, str]]:
         """``CONFIG GET parameter [parameter ...]``
 
         Get the values of configuration parameters.
 
-        Reply: ``dict[Value, Value]``.
+        Reply: ``dict[str, str]``.
+        Names and values as str, as redis-py answers (whatever decode_responses).
 
         https://redis.io/commands/config-get/
         """
-        return self._command(("CONFIG", "GET", pattern, *args), to_dict)
+        return self._command(("CONFIG", "GET", pattern, *args), str_dict)
 
     def config_help(self) -> Awaitable[Any]:
         """``CONFIG HELP``
@@ -69,16 +134,16 @@ class Server2Client(ClientBase):
         """
         return self._command(("CONFIG", "RESETSTAT"), is_ok)
 
-    def config_rewrite(self) -> Awaitable[bool]:
+    def config_rewrite(self) -> Awaitable[Value]:
         """``CONFIG REWRITE``
 
         Rewrite the configuration file with the in memory configuration.
 
-        Reply: ``bool``.
+        Reply: ``Value``.
 
         https://redis.io/commands/config-rewrite/
         """
-        return self._command(("CONFIG", "REWRITE"), is_ok)
+        return self._command(("CONFIG", "REWRITE"))
 
     def config_set(self, name: EncodableT, value: EncodableT, *args: EncodableT) -> Awaitable[bool]:
         """``CONFIG SET parameter value [parameter value ...]``
@@ -157,131 +222,77 @@ class Server2Client(ClientBase):
         cmd.extend(args)
         return self._command(tuple(cmd), parse_info)
 
-    def lastsave(self) -> Awaitable[int]:
-        """``LASTSAVE``
-
-        Get the UNIX time stamp of the last successful save to disk.
-
-        Reply: ``int``.
-
-        https://redis.io/commands/lastsave/
-        """
-        return self._command(("LASTSAVE",))
-
-    def latency_doctor(self) -> Awaitable[Value]:
-        """``LATENCY DOCTOR``
-
-        Return a human readable latency analysis report.
-
-        Reply: ``Value``.
-
-        https://redis.io/commands/latency-doctor/
-        """
-        return self._command(("LATENCY", "DOCTOR"))
-
-    def latency_graph(self, event: str) -> Awaitable[Value]:
-        """``LATENCY GRAPH event``
-
-        Return a latency graph for the event.
-
-        Reply: ``Value``.
-
-        https://redis.io/commands/latency-graph/
-        """
-        return self._command(("LATENCY", "GRAPH", event))
-
-    def latency_help(self) -> Awaitable[Any]:
-        """``LATENCY HELP``
-
-        Show helpful text about the different subcommands.
-
-        Reply: ``Any``.
-
-        https://redis.io/commands/latency-help/
-        """
-        return self._command(("LATENCY", "HELP"))
-
-    def latency_histogram(self, *args: str) -> Awaitable[dict[Any, Any]]:
-        """``LATENCY HISTOGRAM [command [command ...]]``
-
-        Return the cumulative distribution of latencies of a subset of commands or all.
-
-        Reply: ``dict[Any, Any]``.
-
-        https://redis.io/commands/latency-histogram/
-        """
-        return self._command(("LATENCY", "HISTOGRAM", *args))
-
-    def latency_history(self, event: str) -> Awaitable[list[Any]]:
-        """``LATENCY HISTORY event``
-
-        Return timestamp-latency samples for the event.
-
-        Reply: ``list[Any]``.
-
-        https://redis.io/commands/latency-history/
-        """
-        return self._command(("LATENCY", "HISTORY", event))
-
-    def latency_latest(self) -> Awaitable[list[Any]]:
-        """``LATENCY LATEST``
-
-        Return the latest latency samples for all events.
-
-        Reply: ``list[Any]``.
-
-        https://redis.io/commands/latency-latest/
-        """
-        return self._command(("LATENCY", "LATEST"))
-
-    def latency_reset(self, *events: str) -> Awaitable[int]:
-        """``LATENCY RESET [event [event ...]]``
-
-        Reset latency data for one or more events.
-
-        Reply: ``int``.
-
-        https://redis.io/commands/latency-reset/
-        """
-        return self._command(("LATENCY", "RESET", *events))
-
-    def lolwut(self, *version_numbers: int) -> Awaitable[Value]:
-        """``LOLWUT [VERSION version]``
-
-        Display some computer art and the Redis version.
-
-        Reply: ``Value``.
-
-        https://redis.io/commands/lolwut/
-        """
-        cmd, callback = build_lolwut(*version_numbers)
-        return self._command(cmd, callback)
-
-    def memory_doctor(self) -> Awaitable[Value]:
-        """``MEMORY DOCTOR``
-
-        Outputs memory problems report.
-
-        Reply: ``Value``.
-
-        https://redis.io/commands/memory-doctor/
-        """
-        return self._command(("MEMORY", "DOCTOR"))
-
-    def memory_help(self) -> Awaitable[list[Any]]:
-        """``MEMORY HELP``
-
-        Show helpful text about the different subcommands.
-
-        Reply: ``list[Any]``.
-
-        https://redis.io/commands/memory-help/
-        """
-        return self._command(("MEMORY", "HELP"))
-
 
 class Server2Pipeline(PipelineBase):
     """``server`` commands on a pipeline: each queues its command and returns the pipeline."""
+
+    def command_count(self) -> Self:
+        """``COMMAND COUNT``
+
+        Get total number of Redis commands.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``int``.
+
+        https://redis.io/commands/command-count/
+        """
+        return self._command(("COMMAND", "COUNT"))
+
+    def command_docs(self, *args: EncodableT) -> Self:
+        """``COMMAND DOCS [command-name [command-name ...]]``
+
+        Get array of specific Redis command documentation.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[Any,
+        Any]``.
+
+        https://redis.io/commands/command-docs/
+        """
+        return self._command(("COMMAND", "DOCS", *args))
+
+    def command_getkeys(self, *args: EncodableT) -> Self:
+        """``COMMAND GETKEYS``
+
+        Extract keys given a full Redis command.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``:
+        ``list[Value]``.
+
+        https://redis.io/commands/command-getkeys/
+        """
+        return self._command(("COMMAND", "GETKEYS", *args))
+
+    def command_getkeysandflags(self, *args: EncodableT) -> Self:
+        """``COMMAND GETKEYSANDFLAGS``
+
+        Extract keys and access flags given a full Redis command.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
+
+        https://redis.io/commands/command-getkeysandflags/
+        """
+        return self._command(("COMMAND", "GETKEYSANDFLAGS", *args))
+
+    def command_help(self) -> Self:
+        """``COMMAND HELP``
+
+        Show helpful text about the different subcommands.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+
+        https://redis.io/commands/command-help/
+        """
+        return self._command(("COMMAND", "HELP"))
+
+    def command_info(self, *command_name: EncodableT) -> Self:
+        """``COMMAND INFO [command-name [command-name ...]]``
+
+        Get array of specific Redis command details, or all when no argument is given.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
+
+        https://redis.io/commands/command-info/
+        """
+        return self._command(("COMMAND", "INFO", *command_name))
 
     def command_list(
         self, module: str | None = None, category: str | None = None, pattern: str | None = None
@@ -303,12 +314,13 @@ class Server2Pipeline(PipelineBase):
 
         Get the values of configuration parameters.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[Value,
-        Value]``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[str,
+        str]``.
+        Names and values as str, as redis-py answers (whatever decode_responses).
 
         https://redis.io/commands/config-get/
         """
-        return self._command(("CONFIG", "GET", pattern, *args), to_dict)
+        return self._command(("CONFIG", "GET", pattern, *args), str_dict)
 
     def config_help(self) -> Self:
         """``CONFIG HELP``
@@ -337,11 +349,11 @@ class Server2Pipeline(PipelineBase):
 
         Rewrite the configuration file with the in memory configuration.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
 
         https://redis.io/commands/config-rewrite/
         """
-        return self._command(("CONFIG", "REWRITE"), is_ok)
+        return self._command(("CONFIG", "REWRITE"))
 
     def config_set(self, name: EncodableT, value: EncodableT, *args: EncodableT) -> Self:
         """``CONFIG SET parameter value [parameter value ...]``
@@ -420,126 +432,3 @@ class Server2Pipeline(PipelineBase):
             cmd.append(section)
         cmd.extend(args)
         return self._command(tuple(cmd), parse_info)
-
-    def lastsave(self) -> Self:
-        """``LASTSAVE``
-
-        Get the UNIX time stamp of the last successful save to disk.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``int``.
-
-        https://redis.io/commands/lastsave/
-        """
-        return self._command(("LASTSAVE",))
-
-    def latency_doctor(self) -> Self:
-        """``LATENCY DOCTOR``
-
-        Return a human readable latency analysis report.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
-
-        https://redis.io/commands/latency-doctor/
-        """
-        return self._command(("LATENCY", "DOCTOR"))
-
-    def latency_graph(self, event: str) -> Self:
-        """``LATENCY GRAPH event``
-
-        Return a latency graph for the event.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
-
-        https://redis.io/commands/latency-graph/
-        """
-        return self._command(("LATENCY", "GRAPH", event))
-
-    def latency_help(self) -> Self:
-        """``LATENCY HELP``
-
-        Show helpful text about the different subcommands.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
-
-        https://redis.io/commands/latency-help/
-        """
-        return self._command(("LATENCY", "HELP"))
-
-    def latency_histogram(self, *args: str) -> Self:
-        """``LATENCY HISTOGRAM [command [command ...]]``
-
-        Return the cumulative distribution of latencies of a subset of commands or all.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[Any,
-        Any]``.
-
-        https://redis.io/commands/latency-histogram/
-        """
-        return self._command(("LATENCY", "HISTOGRAM", *args))
-
-    def latency_history(self, event: str) -> Self:
-        """``LATENCY HISTORY event``
-
-        Return timestamp-latency samples for the event.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
-
-        https://redis.io/commands/latency-history/
-        """
-        return self._command(("LATENCY", "HISTORY", event))
-
-    def latency_latest(self) -> Self:
-        """``LATENCY LATEST``
-
-        Return the latest latency samples for all events.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
-
-        https://redis.io/commands/latency-latest/
-        """
-        return self._command(("LATENCY", "LATEST"))
-
-    def latency_reset(self, *events: str) -> Self:
-        """``LATENCY RESET [event [event ...]]``
-
-        Reset latency data for one or more events.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``int``.
-
-        https://redis.io/commands/latency-reset/
-        """
-        return self._command(("LATENCY", "RESET", *events))
-
-    def lolwut(self, *version_numbers: int) -> Self:
-        """``LOLWUT [VERSION version]``
-
-        Display some computer art and the Redis version.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
-
-        https://redis.io/commands/lolwut/
-        """
-        cmd, callback = build_lolwut(*version_numbers)
-        return self._command(cmd, callback)
-
-    def memory_doctor(self) -> Self:
-        """``MEMORY DOCTOR``
-
-        Outputs memory problems report.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
-
-        https://redis.io/commands/memory-doctor/
-        """
-        return self._command(("MEMORY", "DOCTOR"))
-
-    def memory_help(self) -> Self:
-        """``MEMORY HELP``
-
-        Show helpful text about the different subcommands.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
-
-        https://redis.io/commands/memory-help/
-        """
-        return self._command(("MEMORY", "HELP"))

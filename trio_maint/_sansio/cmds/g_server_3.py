@@ -4,21 +4,144 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Awaitable
 from typing import Any, Self
 
 from ..replies import is_ok
 from ..resp import CommandArg
 from .base import ClientBase, PipelineBase
-from .builders import build_slaveof
-from .callbacks import time_pair
-from .types import EncodableT, KeyT, Value
+from .builders import build_lolwut
+from .callbacks import str_keys, to_datetime
+from .types import KeyT, Value
 
 __all__ = ["Server3Client", "Server3Pipeline"]
 
 
 class Server3Client(ClientBase):
     """``server`` commands on a client: each returns an awaitable of its reply."""
+
+    def lastsave(self) -> Awaitable[datetime.datetime]:
+        """``LASTSAVE``
+
+        Get the UNIX time stamp of the last successful save to disk.
+
+        Reply: ``datetime.datetime``.
+
+        https://redis.io/commands/lastsave/
+        """
+        return self._command(("LASTSAVE",), to_datetime)
+
+    def latency_doctor(self) -> Awaitable[Value]:
+        """``LATENCY DOCTOR``
+
+        Return a human readable latency analysis report.
+
+        Reply: ``Value``.
+
+        https://redis.io/commands/latency-doctor/
+        """
+        return self._command(("LATENCY", "DOCTOR"))
+
+    def latency_graph(self, event: str) -> Awaitable[Value]:
+        """``LATENCY GRAPH event``
+
+        Return a latency graph for the event.
+
+        Reply: ``Value``.
+
+        https://redis.io/commands/latency-graph/
+        """
+        return self._command(("LATENCY", "GRAPH", event))
+
+    def latency_help(self) -> Awaitable[Any]:
+        """``LATENCY HELP``
+
+        Show helpful text about the different subcommands.
+
+        Reply: ``Any``.
+
+        https://redis.io/commands/latency-help/
+        """
+        return self._command(("LATENCY", "HELP"))
+
+    def latency_histogram(self, *args: str) -> Awaitable[dict[Any, Any]]:
+        """``LATENCY HISTOGRAM [command [command ...]]``
+
+        Return the cumulative distribution of latencies of a subset of commands or all.
+
+        Reply: ``dict[Any, Any]``.
+
+        https://redis.io/commands/latency-histogram/
+        """
+        return self._command(("LATENCY", "HISTOGRAM", *args))
+
+    def latency_history(self, event: str) -> Awaitable[list[Any]]:
+        """``LATENCY HISTORY event``
+
+        Return timestamp-latency samples for the event.
+
+        Reply: ``list[Any]``.
+
+        https://redis.io/commands/latency-history/
+        """
+        return self._command(("LATENCY", "HISTORY", event))
+
+    def latency_latest(self) -> Awaitable[list[Any]]:
+        """``LATENCY LATEST``
+
+        Return the latest latency samples for all events.
+
+        Reply: ``list[Any]``.
+
+        https://redis.io/commands/latency-latest/
+        """
+        return self._command(("LATENCY", "LATEST"))
+
+    def latency_reset(self, *events: str) -> Awaitable[int]:
+        """``LATENCY RESET [event [event ...]]``
+
+        Reset latency data for one or more events.
+
+        Reply: ``int``.
+
+        https://redis.io/commands/latency-reset/
+        """
+        return self._command(("LATENCY", "RESET", *events))
+
+    def lolwut(self, *version_numbers: int) -> Awaitable[Value]:
+        """``LOLWUT [VERSION version]``
+
+        Display some computer art and the Redis version.
+
+        Reply: ``Value``.
+
+        https://redis.io/commands/lolwut/
+        """
+        cmd, callback = build_lolwut(*version_numbers)
+        return self._command(cmd, callback)
+
+    def memory_doctor(self) -> Awaitable[Value]:
+        """``MEMORY DOCTOR``
+
+        Outputs memory problems report.
+
+        Reply: ``Value``.
+
+        https://redis.io/commands/memory-doctor/
+        """
+        return self._command(("MEMORY", "DOCTOR"))
+
+    def memory_help(self) -> Awaitable[list[Any]]:
+        """``MEMORY HELP``
+
+        Show helpful text about the different subcommands.
+
+        Reply: ``list[Any]``.
+
+        https://redis.io/commands/memory-help/
+        """
+        return self._command(("MEMORY", "HELP"))
 
     def memory_malloc_stats(self) -> Awaitable[Value]:
         """``MEMORY MALLOC-STATS``
@@ -42,16 +165,16 @@ class Server3Client(ClientBase):
         """
         return self._command(("MEMORY", "PURGE"), is_ok)
 
-    def memory_stats(self) -> Awaitable[dict[Any, Any]]:
+    def memory_stats(self) -> Awaitable[dict[str, Any]]:
         """``MEMORY STATS``
 
         Show memory usage details.
 
-        Reply: ``dict[Any, Any]``.
+        Reply: ``dict[str, Any]``.
 
         https://redis.io/commands/memory-stats/
         """
-        return self._command(("MEMORY", "STATS"))
+        return self._command(("MEMORY", "STATS"), str_keys)
 
     def memory_usage(self, key: KeyT, samples: int | None = None) -> Awaitable[int | None]:
         """``MEMORY USAGE key [SAMPLES count]``
@@ -89,186 +212,133 @@ class Server3Client(ClientBase):
         """
         return self._command(("MODULE", "LIST"))
 
-    def module_load(self, path: str, *args: EncodableT) -> Awaitable[bool]:
-        """``MODULE LOAD path [arg [arg ...]]``
-
-        Load a module.
-
-        Reply: ``bool``.
-
-        https://redis.io/commands/module-load/
-        """
-        return self._command(("MODULE", "LOAD", path, *args), is_ok)
-
-    def module_loadex(self, *args: EncodableT) -> Awaitable[Any]:
-        """``MODULE LOADEX path [CONFIG name value [CONFIG name value ...]] [ARGS arg [arg ...]]``
-
-        Load a module with extended parameters.
-
-        Reply: ``Any``.
-        Arguments are passed through as the server takes them.
-
-        https://redis.io/commands/module-loadex/
-        """
-        return self._command(("MODULE", "LOADEX", *args))
-
-    def module_unload(self, name: str) -> Awaitable[bool]:
-        """``MODULE UNLOAD name``
-
-        Unload a module.
-
-        Reply: ``bool``.
-
-        https://redis.io/commands/module-unload/
-        """
-        return self._command(("MODULE", "UNLOAD", name), is_ok)
-
-    def replicaof(self, *args: EncodableT) -> Awaitable[bool]:
-        """``REPLICAOF <host port | NO ONE>``
-
-        Make the server a replica of another instance, or promote it as master.
-
-        Reply: ``bool``.
-
-        https://redis.io/commands/replicaof/
-        """
-        return self._command(("REPLICAOF", *args), is_ok)
-
-    def role(self) -> Awaitable[list[Any]]:
-        """``ROLE``
-
-        Return the role of the instance in the context of replication.
-
-        Reply: ``list[Any]``.
-
-        https://redis.io/commands/role/
-        """
-        return self._command(("ROLE",))
-
-    def save(self) -> Awaitable[bool]:
-        """``SAVE``
-
-        Synchronously save the dataset to disk.
-
-        Reply: ``bool``.
-
-        https://redis.io/commands/save/
-        """
-        return self._command(("SAVE",), is_ok)
-
-    def shutdown(
-        self,
-        save: bool = False,
-        nosave: bool = False,
-        now: bool = False,
-        force: bool = False,
-        abort: bool = False,
-    ) -> Awaitable[bool]:
-        """``SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]``
-
-        Synchronously save the dataset to disk and then shut down the server.
-
-        Reply: ``bool``.
-
-        https://redis.io/commands/shutdown/
-        """
-        cmd: list[CommandArg] = ["SHUTDOWN"]
-        if save:
-            cmd.append("SAVE")
-        if nosave:
-            cmd.append("NOSAVE")
-        if now:
-            cmd.append("NOW")
-        if force:
-            cmd.append("FORCE")
-        if abort:
-            cmd.append("ABORT")
-        return self._command(tuple(cmd), is_ok)
-
-    def slaveof(self, host: str | None = None, port: int | None = None) -> Awaitable[bool]:
-        """``SLAVEOF <host port | NO ONE>``
-
-        Make the server a replica of another instance, or promote it as master.
-
-        Reply: ``bool``.
-
-        https://redis.io/commands/slaveof/
-        """
-        cmd, callback = build_slaveof(host, port)
-        return self._command(cmd, callback)
-
-    def slowlog_get(self, num: int | None = None) -> Awaitable[list[Any]]:
-        """``SLOWLOG GET [count]``
-
-        Get the slow log's entries.
-
-        Reply: ``list[Any]``.
-
-        https://redis.io/commands/slowlog-get/
-        """
-        cmd: list[CommandArg] = ["SLOWLOG", "GET"]
-        if num is not None:
-            cmd.append(num)
-        return self._command(tuple(cmd))
-
-    def slowlog_help(self) -> Awaitable[Any]:
-        """``SLOWLOG HELP``
-
-        Show helpful text about the different subcommands.
-
-        Reply: ``Any``.
-
-        https://redis.io/commands/slowlog-help/
-        """
-        return self._command(("SLOWLOG", "HELP"))
-
-    def slowlog_len(self) -> Awaitable[int]:
-        """``SLOWLOG LEN``
-
-        Get the slow log's length.
-
-        Reply: ``int``.
-
-        https://redis.io/commands/slowlog-len/
-        """
-        return self._command(("SLOWLOG", "LEN"))
-
-    def slowlog_reset(self) -> Awaitable[bool]:
-        """``SLOWLOG RESET``
-
-        Clear all entries from the slow log.
-
-        Reply: ``bool``.
-
-        https://redis.io/commands/slowlog-reset/
-        """
-        return self._command(("SLOWLOG", "RESET"), is_ok)
-
-    def swapdb(self, first: int, second: int) -> Awaitable[bool]:
-        """``SWAPDB index1 index2``
-
-        Swaps two Redis databases.
-
-        Reply: ``bool``.
-
-        https://redis.io/commands/swapdb/
-        """
-        return self._command(("SWAPDB", first, second), is_ok)
-
-    def time(self) -> Awaitable[tuple[int, int]]:
-        """``TIME``
-
-        Return the current server time.
-
-        Reply: ``tuple[int, int]``.
-
-        https://redis.io/commands/time/
-        """
-        return self._command(("TIME",), time_pair)
-
 
 class Server3Pipeline(PipelineBase):
     """``server`` commands on a pipeline: each queues its command and returns the pipeline."""
+
+    def lastsave(self) -> Self:
+        """``LASTSAVE``
+
+        Get the UNIX time stamp of the last successful save to disk.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``:
+        ``datetime.datetime``.
+
+        https://redis.io/commands/lastsave/
+        """
+        return self._command(("LASTSAVE",), to_datetime)
+
+    def latency_doctor(self) -> Self:
+        """``LATENCY DOCTOR``
+
+        Return a human readable latency analysis report.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+
+        https://redis.io/commands/latency-doctor/
+        """
+        return self._command(("LATENCY", "DOCTOR"))
+
+    def latency_graph(self, event: str) -> Self:
+        """``LATENCY GRAPH event``
+
+        Return a latency graph for the event.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+
+        https://redis.io/commands/latency-graph/
+        """
+        return self._command(("LATENCY", "GRAPH", event))
+
+    def latency_help(self) -> Self:
+        """``LATENCY HELP``
+
+        Show helpful text about the different subcommands.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+
+        https://redis.io/commands/latency-help/
+        """
+        return self._command(("LATENCY", "HELP"))
+
+    def latency_histogram(self, *args: str) -> Self:
+        """``LATENCY HISTOGRAM [command [command ...]]``
+
+        Return the cumulative distribution of latencies of a subset of commands or all.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[Any,
+        Any]``.
+
+        https://redis.io/commands/latency-histogram/
+        """
+        return self._command(("LATENCY", "HISTOGRAM", *args))
+
+    def latency_history(self, event: str) -> Self:
+        """``LATENCY HISTORY event``
+
+        Return timestamp-latency samples for the event.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
+
+        https://redis.io/commands/latency-history/
+        """
+        return self._command(("LATENCY", "HISTORY", event))
+
+    def latency_latest(self) -> Self:
+        """``LATENCY LATEST``
+
+        Return the latest latency samples for all events.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
+
+        https://redis.io/commands/latency-latest/
+        """
+        return self._command(("LATENCY", "LATEST"))
+
+    def latency_reset(self, *events: str) -> Self:
+        """``LATENCY RESET [event [event ...]]``
+
+        Reset latency data for one or more events.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``int``.
+
+        https://redis.io/commands/latency-reset/
+        """
+        return self._command(("LATENCY", "RESET", *events))
+
+    def lolwut(self, *version_numbers: int) -> Self:
+        """``LOLWUT [VERSION version]``
+
+        Display some computer art and the Redis version.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+
+        https://redis.io/commands/lolwut/
+        """
+        cmd, callback = build_lolwut(*version_numbers)
+        return self._command(cmd, callback)
+
+    def memory_doctor(self) -> Self:
+        """``MEMORY DOCTOR``
+
+        Outputs memory problems report.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+
+        https://redis.io/commands/memory-doctor/
+        """
+        return self._command(("MEMORY", "DOCTOR"))
+
+    def memory_help(self) -> Self:
+        """``MEMORY HELP``
+
+        Show helpful text about the different subcommands.
+
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
+
+        https://redis.io/commands/memory-help/
+        """
+        return self._command(("MEMORY", "HELP"))
 
     def memory_malloc_stats(self) -> Self:
         """``MEMORY MALLOC-STATS``
@@ -297,12 +367,12 @@ class Server3Pipeline(PipelineBase):
 
         Show memory usage details.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[Any,
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[str,
         Any]``.
 
         https://redis.io/commands/memory-stats/
         """
-        return self._command(("MEMORY", "STATS"))
+        return self._command(("MEMORY", "STATS"), str_keys)
 
     def memory_usage(self, key: KeyT, samples: int | None = None) -> Self:
         """``MEMORY USAGE key [SAMPLES count]``
@@ -339,181 +409,3 @@ class Server3Pipeline(PipelineBase):
         https://redis.io/commands/module-list/
         """
         return self._command(("MODULE", "LIST"))
-
-    def module_load(self, path: str, *args: EncodableT) -> Self:
-        """``MODULE LOAD path [arg [arg ...]]``
-
-        Load a module.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
-
-        https://redis.io/commands/module-load/
-        """
-        return self._command(("MODULE", "LOAD", path, *args), is_ok)
-
-    def module_loadex(self, *args: EncodableT) -> Self:
-        """``MODULE LOADEX path [CONFIG name value [CONFIG name value ...]] [ARGS arg [arg ...]]``
-
-        Load a module with extended parameters.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
-        Arguments are passed through as the server takes them.
-
-        https://redis.io/commands/module-loadex/
-        """
-        return self._command(("MODULE", "LOADEX", *args))
-
-    def module_unload(self, name: str) -> Self:
-        """``MODULE UNLOAD name``
-
-        Unload a module.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
-
-        https://redis.io/commands/module-unload/
-        """
-        return self._command(("MODULE", "UNLOAD", name), is_ok)
-
-    def replicaof(self, *args: EncodableT) -> Self:
-        """``REPLICAOF <host port | NO ONE>``
-
-        Make the server a replica of another instance, or promote it as master.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
-
-        https://redis.io/commands/replicaof/
-        """
-        return self._command(("REPLICAOF", *args), is_ok)
-
-    def role(self) -> Self:
-        """``ROLE``
-
-        Return the role of the instance in the context of replication.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
-
-        https://redis.io/commands/role/
-        """
-        return self._command(("ROLE",))
-
-    def save(self) -> Self:
-        """``SAVE``
-
-        Synchronously save the dataset to disk.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
-
-        https://redis.io/commands/save/
-        """
-        return self._command(("SAVE",), is_ok)
-
-    def shutdown(
-        self,
-        save: bool = False,
-        nosave: bool = False,
-        now: bool = False,
-        force: bool = False,
-        abort: bool = False,
-    ) -> Self:
-        """``SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]``
-
-        Synchronously save the dataset to disk and then shut down the server.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
-
-        https://redis.io/commands/shutdown/
-        """
-        cmd: list[CommandArg] = ["SHUTDOWN"]
-        if save:
-            cmd.append("SAVE")
-        if nosave:
-            cmd.append("NOSAVE")
-        if now:
-            cmd.append("NOW")
-        if force:
-            cmd.append("FORCE")
-        if abort:
-            cmd.append("ABORT")
-        return self._command(tuple(cmd), is_ok)
-
-    def slaveof(self, host: str | None = None, port: int | None = None) -> Self:
-        """``SLAVEOF <host port | NO ONE>``
-
-        Make the server a replica of another instance, or promote it as master.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
-
-        https://redis.io/commands/slaveof/
-        """
-        cmd, callback = build_slaveof(host, port)
-        return self._command(cmd, callback)
-
-    def slowlog_get(self, num: int | None = None) -> Self:
-        """``SLOWLOG GET [count]``
-
-        Get the slow log's entries.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
-
-        https://redis.io/commands/slowlog-get/
-        """
-        cmd: list[CommandArg] = ["SLOWLOG", "GET"]
-        if num is not None:
-            cmd.append(num)
-        return self._command(tuple(cmd))
-
-    def slowlog_help(self) -> Self:
-        """``SLOWLOG HELP``
-
-        Show helpful text about the different subcommands.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
-
-        https://redis.io/commands/slowlog-help/
-        """
-        return self._command(("SLOWLOG", "HELP"))
-
-    def slowlog_len(self) -> Self:
-        """``SLOWLOG LEN``
-
-        Get the slow log's length.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``int``.
-
-        https://redis.io/commands/slowlog-len/
-        """
-        return self._command(("SLOWLOG", "LEN"))
-
-    def slowlog_reset(self) -> Self:
-        """``SLOWLOG RESET``
-
-        Clear all entries from the slow log.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
-
-        https://redis.io/commands/slowlog-reset/
-        """
-        return self._command(("SLOWLOG", "RESET"), is_ok)
-
-    def swapdb(self, first: int, second: int) -> Self:
-        """``SWAPDB index1 index2``
-
-        Swaps two Redis databases.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
-
-        https://redis.io/commands/swapdb/
-        """
-        return self._command(("SWAPDB", first, second), is_ok)
-
-    def time(self) -> Self:
-        """``TIME``
-
-        Return the current server time.
-
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``tuple[int,
-        int]``.
-
-        https://redis.io/commands/time/
-        """
-        return self._command(("TIME",), time_pair)

@@ -106,6 +106,8 @@ class SetClient(ClientBase):
         Determine if a given value is a member of a set.
 
         Reply: ``bool``.
+        bool, as this method answered before the generated surface (redis-py: the 0/1 integer,
+        which compares equal).
 
         https://redis.io/commands/sismember/
         """
@@ -130,6 +132,8 @@ class SetClient(ClientBase):
         Returns the membership associated with the given elements for a set.
 
         Reply: ``list[bool]``.
+        bool, as this method answered before the generated surface (redis-py: the 0/1 integer,
+        which compares equal).
 
         https://redis.io/commands/smismember/
         """
@@ -313,6 +317,8 @@ class SetPipeline(PipelineBase):
         Determine if a given value is a member of a set.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        bool, as this method answered before the generated surface (redis-py: the 0/1 integer,
+        which compares equal).
 
         https://redis.io/commands/sismember/
         """
@@ -335,6 +341,8 @@ class SetPipeline(PipelineBase):
         Returns the membership associated with the given elements for a set.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``list[bool]``.
+        bool, as this method answered before the generated surface (redis-py: the 0/1 integer,
+        which compares equal).
 
         https://redis.io/commands/smismember/
         """

@@ -9,7 +9,13 @@ from typing import Any, Self
 
 from ..resp import CommandArg
 from .base import ClientBase, PipelineBase
-from .builders_z import build_zmpop, build_zrange, build_zrangebyscore, build_zrangestore
+from .builders_z import (
+    build_zmpop,
+    build_zrange,
+    build_zrangebyscore,
+    build_zrangestore,
+    build_zrank,
+)
 from .types import EncodableT, FieldT, KeyT, ScoreT, Value
 
 __all__ = ["SortedSet2Client", "SortedSet2Pipeline"]
@@ -196,16 +202,19 @@ class SortedSet2Client(ClientBase):
         cmd, callback = build_zrangestore(dest, name, start, end, byscore, bylex, desc, offset, num)
         return self._command(cmd, callback)
 
-    def zrank(self, name: KeyT, value: FieldT) -> Awaitable[int | None]:
+    def zrank(
+        self, name: KeyT, value: FieldT, withscore: bool = False, score_cast_func: Any = float
+    ) -> Awaitable[int | list[Any] | None]:
         """``ZRANK key member``
 
         Determine the index of a member in a sorted set.
 
-        Reply: ``int | None``.
+        Reply: ``int | list[Any] | None``.
 
         https://redis.io/commands/zrank/
         """
-        return self._command(("ZRANK", name, value))
+        cmd, callback = build_zrank(name, value, withscore, score_cast_func)
+        return self._command(cmd, callback)
 
     def zrem(self, name: KeyT, *values: FieldT) -> Awaitable[int]:
         """``ZREM key member [member ...]``
@@ -401,16 +410,20 @@ class SortedSet2Pipeline(PipelineBase):
         cmd, callback = build_zrangestore(dest, name, start, end, byscore, bylex, desc, offset, num)
         return self._command(cmd, callback)
 
-    def zrank(self, name: KeyT, value: FieldT) -> Self:
+    def zrank(
+        self, name: KeyT, value: FieldT, withscore: bool = False, score_cast_func: Any = float
+    ) -> Self:
         """``ZRANK key member``
 
         Determine the index of a member in a sorted set.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``int | None``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``int |
+        list[Any] | None``.
 
         https://redis.io/commands/zrank/
         """
-        return self._command(("ZRANK", name, value))
+        cmd, callback = build_zrank(name, value, withscore, score_cast_func)
+        return self._command(cmd, callback)
 
     def zrem(self, name: KeyT, *values: FieldT) -> Self:
         """``ZREM key member [member ...]``

@@ -12,6 +12,7 @@ from .base import ClientBase, PipelineBase
 from .builders_z import (
     build_zrevrange,
     build_zrevrangebyscore,
+    build_zrevrank,
     build_zscan,
     build_zunion,
     build_zunionstore,
@@ -123,16 +124,19 @@ class SortedSet3Client(ClientBase):
         )
         return self._command(cmd, callback)
 
-    def zrevrank(self, name: KeyT, value: FieldT) -> Awaitable[int | None]:
+    def zrevrank(
+        self, name: KeyT, value: FieldT, withscore: bool = False, score_cast_func: Any = float
+    ) -> Awaitable[int | list[Any] | None]:
         """``ZREVRANK key member``
 
         Determine the index of a member in a sorted set, with scores ordered from high to low.
 
-        Reply: ``int | None``.
+        Reply: ``int | list[Any] | None``.
 
         https://redis.io/commands/zrevrank/
         """
-        return self._command(("ZREVRANK", name, value))
+        cmd, callback = build_zrevrank(name, value, withscore, score_cast_func)
+        return self._command(cmd, callback)
 
     def zscan(
         self,
@@ -169,6 +173,7 @@ class SortedSet3Client(ClientBase):
         keys: Sequence[KeyT] | Mapping[KeyT, float],
         aggregate: str | None = None,
         withscores: bool = False,
+        score_cast_func: Any = float,
     ) -> Awaitable[list[Any]]:
         """``ZUNION numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM | MIN | MAX]
         [WITHSCORES]``
@@ -179,7 +184,7 @@ class SortedSet3Client(ClientBase):
 
         https://redis.io/commands/zunion/
         """
-        cmd, callback = build_zunion(keys, aggregate, withscores)
+        cmd, callback = build_zunion(keys, aggregate, withscores, score_cast_func)
         return self._command(cmd, callback)
 
     def zunionstore(
@@ -301,16 +306,20 @@ class SortedSet3Pipeline(PipelineBase):
         )
         return self._command(cmd, callback)
 
-    def zrevrank(self, name: KeyT, value: FieldT) -> Self:
+    def zrevrank(
+        self, name: KeyT, value: FieldT, withscore: bool = False, score_cast_func: Any = float
+    ) -> Self:
         """``ZREVRANK key member``
 
         Determine the index of a member in a sorted set, with scores ordered from high to low.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``int | None``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``int |
+        list[Any] | None``.
 
         https://redis.io/commands/zrevrank/
         """
-        return self._command(("ZREVRANK", name, value))
+        cmd, callback = build_zrevrank(name, value, withscore, score_cast_func)
+        return self._command(cmd, callback)
 
     def zscan(
         self,
@@ -349,6 +358,7 @@ class SortedSet3Pipeline(PipelineBase):
         keys: Sequence[KeyT] | Mapping[KeyT, float],
         aggregate: str | None = None,
         withscores: bool = False,
+        score_cast_func: Any = float,
     ) -> Self:
         """``ZUNION numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM | MIN | MAX]
         [WITHSCORES]``
@@ -359,7 +369,7 @@ class SortedSet3Pipeline(PipelineBase):
 
         https://redis.io/commands/zunion/
         """
-        cmd, callback = build_zunion(keys, aggregate, withscores)
+        cmd, callback = build_zunion(keys, aggregate, withscores, score_cast_func)
         return self._command(cmd, callback)
 
     def zunionstore(

@@ -156,16 +156,16 @@ class Stream1Client(ClientBase):
 
     def xgroup_createconsumer(
         self, name: KeyT, groupname: EncodableT, consumername: EncodableT
-    ) -> Awaitable[bool]:
+    ) -> Awaitable[int]:
         """``XGROUP CREATECONSUMER key groupname consumername``
 
         Create a consumer in a consumer group.
 
-        Reply: ``bool``.
+        Reply: ``int``.
 
         https://redis.io/commands/xgroup-createconsumer/
         """
-        return self._command(("XGROUP", "CREATECONSUMER", name, groupname, consumername), to_bool)
+        return self._command(("XGROUP", "CREATECONSUMER", name, groupname, consumername))
 
     def xgroup_delconsumer(
         self, name: KeyT, groupname: EncodableT, consumername: EncodableT
@@ -377,11 +377,11 @@ class Stream1Pipeline(PipelineBase):
 
         Create a consumer in a consumer group.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``int``.
 
         https://redis.io/commands/xgroup-createconsumer/
         """
-        return self._command(("XGROUP", "CREATECONSUMER", name, groupname, consumername), to_bool)
+        return self._command(("XGROUP", "CREATECONSUMER", name, groupname, consumername))
 
     def xgroup_delconsumer(
         self, name: KeyT, groupname: EncodableT, consumername: EncodableT

@@ -23,6 +23,7 @@ from .g_scripting import ScriptingClient, ScriptingPipeline
 from .g_server_1 import Server1Client, Server1Pipeline
 from .g_server_2 import Server2Client, Server2Pipeline
 from .g_server_3 import Server3Client, Server3Pipeline
+from .g_server_4 import Server4Client, Server4Pipeline
 from .g_set import SetClient, SetPipeline
 from .g_sorted_set_1 import SortedSet1Client, SortedSet1Pipeline
 from .g_sorted_set_2 import SortedSet2Client, SortedSet2Pipeline
@@ -31,11 +32,13 @@ from .g_stream_1 import Stream1Client, Stream1Pipeline
 from .g_stream_2 import Stream2Client, Stream2Pipeline
 from .g_string_1 import String1Client, String1Pipeline
 from .g_string_2 import String2Client, String2Pipeline
+from .iters import ScanIters
 
 __all__ = ["ClientCommands", "PipelineCommands"]
 
 
 class ClientCommands(
+    ScanIters,
     BitmapClient,
     Cluster1Client,
     Cluster2Client,
@@ -52,6 +55,7 @@ class ClientCommands(
     Server1Client,
     Server2Client,
     Server3Client,
+    Server4Client,
     SetClient,
     SortedSet1Client,
     SortedSet2Client,
@@ -82,6 +86,7 @@ class PipelineCommands(
     Server1Pipeline,
     Server2Pipeline,
     Server3Pipeline,
+    Server4Pipeline,
     SetPipeline,
     SortedSet1Pipeline,
     SortedSet2Pipeline,
