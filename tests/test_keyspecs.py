@@ -113,6 +113,7 @@ def test_command_spec_lookup() -> None:
         (("XREAD", "STREAMS", "a", "b", "0", "0"), ["a", "b"]),
         (("XREAD", "COUNT", 2, "BLOCK", 0, "streams", "a", "0"), ["a"]),
         (("XREAD", "STREAMS", "a", "b", "0"), ["a"]),  # limit 2: the first half, rounded down
+        (("XREAD", "\u017ftreams", "a", "STREAMS", "b", "0"), ["b"]),  # ASCII case only
         (("XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"), ["s"]),
         (("GEORADIUS", "k", 1, 2, 3, "m", "STORE", "d"), ["k", "d"]),
         (("GEORADIUS", "k", 1, 2, 3, "m", "STOREDIST", "d"), ["k", "d"]),

@@ -182,9 +182,11 @@ _TEXT_LIKE: Final = (str, bytes, bytearray, memoryview)
 
 
 def command_name(arg: Any) -> str:
-    """A command name (``str``, ``bytes``, ...) in upper case."""
+    """A command name (``str``, ``bytes``, ...) in upper case; only ASCII letters change
+    case, as the server compares names and keywords byte by byte (a non-ASCII ``str`` is
+    returned as it is)."""
     if type(arg) is str:
-        return arg.upper()
+        return arg.upper() if arg.isascii() else arg
     if isinstance(arg, _BYTES_LIKE):
         return bytes(arg).decode("ascii", "replace").upper()
     return str(arg).upper()
