@@ -260,7 +260,7 @@ SERVER = family(
         call("memory_usage", "{t}missing"),
         call("module_list"),
         call("role").norm(SHAPE),
-        call("save"),
+        call("save").solo(),  # not allowed inside MULTI
         call("slowlog_get").given(("SLOWLOG", "RESET")),
         call("slowlog_get", 1).given(("SLOWLOG", "RESET")),
         call("slowlog_len").given(("SLOWLOG", "RESET")),
