@@ -19,8 +19,8 @@ from trio_maint.testing import RedisServer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-import command_spec  # noqa: E402
-import gen_commands  # noqa: E402
+import command_spec  # type: ignore[import-not-found]  # noqa: E402
+import gen_commands  # type: ignore[import-not-found]  # noqa: E402
 
 CLASSES = [
     trio_maint.Redis,

@@ -77,7 +77,7 @@ class Workload:
     async def check_no_write_lost(self) -> None:
         assert self.acked, "the workload never ran"
         for key, value in self.acked.items():
-            assert int(await self.r.get(key)) == value
+            assert int(await self.r.get(key) or -1) == value
 
 
 async def wait_for(predicate: object, timeout: float = 10.0) -> None:

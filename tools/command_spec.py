@@ -638,7 +638,12 @@ COMMANDS: dict[str, Cmd] = {
     "memory|purge": c("", **OK),
     "memory|stats": c("", r="dict[str, Any]", cb="str_keys"),
     "memory|usage": c("key:K, samples:I=None", "MEMORY USAGE key SAMPLES?samples", r="i?"),
-    "ping": c("message:V=None", builder="build_ping", r="bool | Value"),
+    "ping": c(
+        "message:V=None",
+        builder="build_ping",
+        r="Any",
+        note="True (PONG), or the message echoed when one is given.",
+    ),
     "role": c("", r="l"),
     "save": c("", **OK),
     "shutdown": c(

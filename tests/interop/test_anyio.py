@@ -40,7 +40,8 @@ def test_anyio_run_entry_point(redis_url: str) -> None:
     async def main() -> bytes:
         async with trio_maint.open_redis(redis_url) as r:
             await r.set("anyio-key", "v")
-            value: bytes = await r.get("anyio-key")
+            value = await r.get("anyio-key")
+            assert isinstance(value, bytes)
             return value
 
     assert anyio.run(main, backend="trio") == b"v"

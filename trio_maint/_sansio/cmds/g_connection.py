@@ -208,12 +208,13 @@ class ConnectionClient(ClientBase):
         """
         return self._command(("ECHO", value))
 
-    def ping(self, message: EncodableT | None = None) -> Awaitable[bool | Value]:
+    def ping(self, message: EncodableT | None = None) -> Awaitable[Any]:
         """``PING [message]``
 
         Ping the server.
 
-        Reply: ``bool | Value``.
+        Reply: ``Any``.
+        True (PONG), or the message echoed when one is given.
 
         https://redis.io/commands/ping/
         """
@@ -419,8 +420,8 @@ class ConnectionPipeline(PipelineBase):
 
         Ping the server.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``bool |
-        Value``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``Any``.
+        True (PONG), or the message echoed when one is given.
 
         https://redis.io/commands/ping/
         """
