@@ -55,7 +55,13 @@ def summary(results: Sequence[Result]) -> str:
             other[r.mode, r.form.family][r.verdict in ("alike", "deliberate")] += 1
     modes = [m for m in MODES[1:] if any(k[0] == m for k in other)]
     head = ["family", "forms", "methods", *VERDICTS, "alike %", *(f"{m} alike" for m in modes)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [
+        "Forms and verdicts of the decoded mode; each other mode's column: the forms answered"
+        " alike (or deliberately differently) out of those run in that mode.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     total: collections.Counter[str] = collections.Counter()
     totals_other: dict[str, collections.Counter[bool]] = collections.defaultdict(
         collections.Counter
