@@ -212,6 +212,8 @@ def test_read_commands_come_from_the_readonly_flag() -> None:
     assert not {"SET", "XREADGROUP", "EVAL", "INCR", "OBJECT"} & READ_COMMANDS
     assert is_readonly(("get", "k")) and is_readonly((b"OBJECT", b"freq", b"k"))
     assert not is_readonly(("SET", "k", "v")) and not is_readonly(("NOSUCH",))
+    assert is_readonly((bytearray(b"GET"), "k")) and is_readonly(("gEt", "k"))
+    assert not is_readonly(()) and not is_readonly(("OBJECT", "HELP"))
     for name in READ_COMMANDS:
         assert "write" not in command_table.COMMANDS[name][1].split(), name
 

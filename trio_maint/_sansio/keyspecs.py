@@ -206,8 +206,24 @@ def command_spec(args: Sequence[Any]) -> CommandSpec | None:
 def is_readonly(args: Sequence[Any]) -> bool:
     """``True`` when the command ``args`` runs is read-only (subcommands resolved), so a
     replica may serve it."""
+    try:
+        known = _READONLY_BY_SPELLING.get(args[0])
+    except (TypeError, IndexError):
+        known = None
+    if known is not None:
+        return known
     spec = command_spec(args)
     return spec is not None and spec.readonly
+
+
+#: Whether each command (not a container) is read-only, by the spellings callers use:
+#: ``"GET"``, ``"get"``, ``b"GET"``, ``b"get"``.
+_READONLY_BY_SPELLING: Final = {
+    spelling: spec.readonly
+    for name, spec in _SPECS.items()
+    if "|" not in name and name not in CONTAINERS
+    for spelling in (name, name.lower(), name.encode(), name.lower().encode())
+}
 
 
 # --------------------------------------------------------------------- key positions
