@@ -42,6 +42,8 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(EventHub|Subscriber|ConnectionSelector)"),
     # The mixins giving the clients and pipelines register_script (_client/script.py).
     (r"py:.*", r"(Scripting|PipelineScripting)"),
+    # What StreamConsumer needs of a client (Redis or RedisCluster), and their mixin.
+    (r"py:.*", r"(CommandRunner|StreamConsumers)"),
 ]
 
 html_theme = "alabaster"

@@ -58,8 +58,8 @@ def _transient(exc: RedisError) -> bool:
 
 class StreamConsumer:
     """One consumer of a consumer group on one stream; get it from
-    :meth:`Redis.stream_consumer <trio_maint.Redis.stream_consumer>` (or
-    :meth:`RedisCluster.stream_consumer <trio_maint.RedisCluster.stream_consumer>`)::
+    ``r.stream_consumer(...)`` (on :class:`~trio_maint.Redis` and
+    :class:`~trio_maint.RedisCluster`)::
 
         async with r.stream_consumer("orders", "billing", "worker-1", create=True) as c:
             async for entry in c:          # StreamEntry(id, fields)
