@@ -25,7 +25,14 @@ from trio_maint._sansio.blocking import (
 )
 from trio_maint.testing import LocalCluster, MaintenanceSimulator, migrating_frame
 
-from ._fakeserver import Action, FakeConnection, open_fake_server, resp
+from ._fakeserver import (
+    Action,
+    ClusterTopology,
+    FakeConnection,
+    open_fake_server,
+    resp,
+    serve_cluster_commands,
+)
 
 # ------------------------------------------------------------------ the decision
 
@@ -300,6 +307,30 @@ async def test_a_silent_pipeline_times_out_after_the_sum(autojump_clock: trio.ab
             pipe = r.pipeline(transaction=False).blpop("a", timeout=2).blpop("b", timeout=3)
             took, got = await timed(pipe.execute())
             assert isinstance(got, trio_maint.TimeoutError) and took == pytest.approx(6.0)
+
+
+async def _fake_cluster_node_test(pipeline: bool) -> tuple[float, object]:
+    topology = ClusterTopology()
+    async with open_fake_server() as node:
+        serve_cluster_commands(node, topology)
+        topology.assign(node)
+        node.on("BLPOP", blocking_handler(answer=False))
+        async with trio_maint.open_redis_cluster(node.url, socket_timeout=1.0) as rc:
+            if pipeline:
+                pipe = rc.pipeline().blpop("a", timeout=2).execute_command("BLPOP", "a", 1.5)
+                return await timed(pipe.execute())
+            return await timed(rc.blpop("a", timeout=2))
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize(("pipeline", "expected"), [(False, 3.0), (True, 4.5)])
+async def test_the_cluster_client_waits_as_long(
+    autojump_clock: trio.abc.Clock, pipeline: bool, expected: float
+) -> None:
+    # A silent node: the wait ends at the commands' timeouts plus the socket timeout.
+    took, got = await _fake_cluster_node_test(pipeline)
+    assert isinstance(got, trio_maint.TimeoutError)
+    assert took == pytest.approx(expected)
 
 
 # ---------------------------------------------------------------- real servers
