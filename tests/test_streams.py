@@ -257,3 +257,16 @@ async def test_read_batches_and_misuse(r: trio_maint.Redis) -> None:
         r.stream_consumer("s", "g", "c", count=0)
     with pytest.raises(ValueError, match="retries"):
         r.stream_consumer("s", "g", "c", retries=-1)
+
+
+@pytest.mark.trio
+async def test_the_consumer_with_decode_responses(server: RedisServer) -> None:
+    async with trio_maint.open_redis(server.url, decode_responses=True) as r:
+        await r.execute_command("DEL", "sd")
+        async with r.stream_consumer("sd", "g", "c1", create=True, block=0.1) as c:
+            ids = [await r.execute_command("XADD", "sd", "*", "k", "v") for _ in range(3)]
+            got = await _consume(c, 3, ack=False)
+            assert [e.id for e in got] == ids and got[0].fields == {"k": "v"}
+            assert c.pending_ids == [i.encode() for i in ids]
+            assert await c.ack(*ids) == 3
+            assert c.pending_ids == []
