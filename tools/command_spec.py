@@ -870,6 +870,28 @@ EXCLUDED: dict[str, str] = {
 
 #: redis-py keyword names a method deliberately does not accept, and why (the signature
 #: compatibility test skips them).
+#: What docs/commands.md says about deliberate differences.
+NOTES = [
+    "Replies are RESP3 values as redis-py returns them on RESP3: members with scores are"
+    " `[member, score]` lists (`zrange(..., withscores=True)` → `[[b'a', 1.0]]`; before"
+    " the generated surface trio_maint answered tuples), `zpopmin`/`zpopmax` without"
+    " count one flat `[member, score]`, `config_get` a dict of `str`, `lastsave` a"
+    " `datetime`.",
+    "`sismember`, `smismember` and `hsetnx` answer `bool` (as they did before); redis-py"
+    " passes the server's 0/1 through, which compares equal.",
+    "Keyword names now follow redis-py where the hand-written methods differed:"
+    " `append(key=)`, `getrange(key=)`, `echo(value=)`, `spublish(shard_channel=)`,"
+    " `srandmember(number=)`, `setex(time=)`, `zscore/zincrby/zrank/zrevrank(value=)`,"
+    " `lmove/blmove(first_list=, second_list=, src=, dest=)` (positional calls are"
+    " unchanged). `expire(seconds=)`, `pexpire(milliseconds=)` and `scan(type=)` are"
+    " still accepted besides redis-py's `time=` and `_type=`.",
+    "Stream replies are the typed values of `trio_maint/_sansio/streams.py`"
+    " (`StreamEntry`, `XReadReply`, ...); see there for their shapes.",
+    "Blocking commands (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BZPOPMIN, BZPOPMAX, BLMPOP,"
+    " BZMPOP, XREAD/XREADGROUP with block, WAIT) wait for their reply the command's own"
+    " timeout plus the socket timeout (0: forever).",
+]
+
 NEWER = "a Redis 8 option; the server these methods are generated from (7.0) lacks it"
 COMPAT: dict[str, dict[str, str]] = {
     "set": {k: NEWER for k in ("ifeq", "ifne", "ifdeq", "ifdne")},

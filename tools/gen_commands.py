@@ -587,6 +587,8 @@ def docstring(m: Method, pipeline: bool) -> str:
         )
     else:
         reply = f"Reply: ``{m.reply}``."
+    if re.search(r"\bValue\b", m.reply):
+        reply += " ``Value`` is ``bytes``, or ``str`` with ``decode_responses``."
     lines += ["", *textwrap.wrap(reply, 88, break_long_words=False)]
     if m.note:
         lines += [*textwrap.wrap(m.note, 88)]
@@ -868,6 +870,14 @@ def docs_page(groups: dict[str, list[Method]], excluded: dict[str, str]) -> str:
             link = f"https://redis.io/commands/{m.command.replace('|', '-')}/"
             out += [f"* [`{m.command.upper().replace('|', ' ')}`]({link}): `{sig}`"]
         out.append("")
+    out += ["## Differences from redis-py and from earlier trio_maint", ""]
+    out += [f"* {note}" for note in spec.NOTES]
+    out.append("")
+    out += ["Keyword names of redis-py that a method does not accept, and why:", ""]
+    for method in sorted(spec.COMPAT):
+        for name, why in sorted(spec.COMPAT[method].items()):
+            out.append(f"* `{method}({name}=...)`: {why}")
+    out.append("")
     out += ["## Not methods", "", "Commands of the server that have no method, and why:", ""]
     for command in sorted(excluded):
         out.append(f"* `{command.upper().replace('|', ' ')}`: {excluded[command]}")

@@ -151,7 +151,7 @@ class Cluster1Client(ClientBase):
 
         Return local key names in the specified hash slot.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/cluster-getkeysinslot/
         """
@@ -317,7 +317,7 @@ class Cluster1Pipeline(PipelineBase):
         Return local key names in the specified hash slot.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/cluster-getkeysinslot/
         """

@@ -25,7 +25,7 @@ class ConnectionClient(ClientBase):
 
         Get the current connection name.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/client-getname/
         """
@@ -83,7 +83,7 @@ class ConnectionClient(ClientBase):
 
         Kill the connection of a client.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/client-kill/
         """
@@ -132,7 +132,7 @@ class ConnectionClient(ClientBase):
 
         Set client eviction mode for the current connection.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/client-no-evict/
         """
@@ -191,7 +191,7 @@ class ConnectionClient(ClientBase):
 
         Resume processing of clients that were paused.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/client-unpause/
         """
@@ -202,7 +202,7 @@ class ConnectionClient(ClientBase):
 
         Echo the given string.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/echo/
         """
@@ -231,7 +231,7 @@ class ConnectionPipeline(PipelineBase):
         Get the current connection name.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/client-getname/
         """
@@ -291,6 +291,7 @@ class ConnectionPipeline(PipelineBase):
         Kill the connection of a client.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/client-kill/
         """
@@ -339,6 +340,7 @@ class ConnectionPipeline(PipelineBase):
         Set client eviction mode for the current connection.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/client-no-evict/
         """
@@ -399,6 +401,7 @@ class ConnectionPipeline(PipelineBase):
         Resume processing of clients that were paused.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/client-unpause/
         """
@@ -410,6 +413,7 @@ class ConnectionPipeline(PipelineBase):
         Echo the given string.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/echo/
         """

@@ -141,7 +141,7 @@ class Generic1Client(ClientBase):
 
         Find all keys matching the given pattern.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/keys/
         """
@@ -163,7 +163,7 @@ class Generic1Client(ClientBase):
 
         Atomically transfer a key from a Redis instance to another one.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/migrate/
         """
@@ -199,7 +199,7 @@ class Generic1Client(ClientBase):
 
         Inspect the internal encoding of a Redis object.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/object-encoding/
         """
@@ -388,7 +388,7 @@ class Generic1Pipeline(PipelineBase):
         Find all keys matching the given pattern.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/keys/
         """
@@ -411,6 +411,7 @@ class Generic1Pipeline(PipelineBase):
         Atomically transfer a key from a Redis instance to another one.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/migrate/
         """
@@ -447,7 +448,7 @@ class Generic1Pipeline(PipelineBase):
         Inspect the internal encoding of a Redis object.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/object-encoding/
         """

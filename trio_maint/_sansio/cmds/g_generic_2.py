@@ -98,7 +98,7 @@ class Generic2Client(ClientBase):
 
         Return a random key from the keyspace.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/randomkey/
         """
@@ -141,7 +141,7 @@ class Generic2Client(ClientBase):
 
         Create a key using the provided serialized value, previously obtained using DUMP.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/restore/
         """
@@ -169,7 +169,8 @@ class Generic2Client(ClientBase):
 
         Incrementally iterate the keys space.
 
-        Reply: ``tuple[int, list[Value]]``.
+        Reply: ``tuple[int, list[Value]]``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
         ``type=`` is accepted as well as redis-py's ``_type=``.
 
         https://redis.io/commands/scan/
@@ -250,7 +251,7 @@ class Generic2Client(ClientBase):
 
         Determine the type stored at key.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/type/
         """
@@ -366,7 +367,7 @@ class Generic2Pipeline(PipelineBase):
         Return a random key from the keyspace.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/randomkey/
         """
@@ -410,6 +411,7 @@ class Generic2Pipeline(PipelineBase):
         Create a key using the provided serialized value, previously obtained using DUMP.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/restore/
         """
@@ -438,7 +440,7 @@ class Generic2Pipeline(PipelineBase):
         Incrementally iterate the keys space.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``tuple[int,
-        list[Value]]``.
+        list[Value]]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
         ``type=`` is accepted as well as redis-py's ``_type=``.
 
         https://redis.io/commands/scan/
@@ -521,6 +523,7 @@ class Generic2Pipeline(PipelineBase):
         Determine the type stored at key.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/type/
         """

@@ -65,7 +65,8 @@ class GeoClient(ClientBase):
 
         Returns members of a geospatial index as standard geohash strings.
 
-        Reply: ``list[Value | None]``.
+        Reply: ``list[Value | None]``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/geohash/
         """
@@ -328,7 +329,7 @@ class GeoPipeline(PipelineBase):
         Returns members of a geospatial index as standard geohash strings.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Value |
-        None]``.
+        None]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/geohash/
         """

@@ -46,7 +46,7 @@ class HashClient(ClientBase):
 
         Get the value of a hash field.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/hget/
         """
@@ -57,7 +57,8 @@ class HashClient(ClientBase):
 
         Get all the fields and values in a hash.
 
-        Reply: ``dict[Value, Value]``.
+        Reply: ``dict[Value, Value]``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/hgetall/
         """
@@ -90,7 +91,7 @@ class HashClient(ClientBase):
 
         Get all the fields in a hash.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/hkeys/
         """
@@ -114,7 +115,8 @@ class HashClient(ClientBase):
 
         Get the values of all the given hash fields.
 
-        Reply: ``list[Value | None]``.
+        Reply: ``list[Value | None]``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/hmget/
         """
@@ -161,7 +163,8 @@ class HashClient(ClientBase):
 
         Incrementally iterate hash fields and associated values.
 
-        Reply: ``tuple[int, dict[Value, Value]]``.
+        Reply: ``tuple[int, dict[Value, Value]]``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/hscan/
         """
@@ -216,7 +219,7 @@ class HashClient(ClientBase):
 
         Get all the values in a hash.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/hvals/
         """
@@ -254,7 +257,7 @@ class HashPipeline(PipelineBase):
         Get the value of a hash field.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/hget/
         """
@@ -266,7 +269,7 @@ class HashPipeline(PipelineBase):
         Get all the fields and values in a hash.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[Value,
-        Value]``.
+        Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/hgetall/
         """
@@ -300,7 +303,7 @@ class HashPipeline(PipelineBase):
         Get all the fields in a hash.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/hkeys/
         """
@@ -323,7 +326,7 @@ class HashPipeline(PipelineBase):
         Get the values of all the given hash fields.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Value |
-        None]``.
+        None]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/hmget/
         """
@@ -369,7 +372,7 @@ class HashPipeline(PipelineBase):
         Incrementally iterate hash fields and associated values.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``tuple[int,
-        dict[Value, Value]]``.
+        dict[Value, Value]]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/hscan/
         """
@@ -425,7 +428,7 @@ class HashPipeline(PipelineBase):
         Get all the values in a hash.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/hvals/
         """

@@ -31,7 +31,7 @@ class List1Client(ClientBase):
         Pop an element from a list, push it to another list and return it; or block until one is
         available.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/blmove/
         """
@@ -63,7 +63,8 @@ class List1Client(ClientBase):
 
         Remove and get the first element in a list, or block until one is available.
 
-        Reply: ``list[Value] | None``.
+        Reply: ``list[Value] | None``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/blpop/
         """
@@ -77,7 +78,8 @@ class List1Client(ClientBase):
 
         Remove and get the last element in a list, or block until one is available.
 
-        Reply: ``list[Value] | None``.
+        Reply: ``list[Value] | None``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/brpop/
         """
@@ -90,7 +92,7 @@ class List1Client(ClientBase):
         Pop an element from a list, push it to another list and return it; or block until one is
         available.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/brpoplpush/
         """
@@ -103,7 +105,7 @@ class List1Client(ClientBase):
 
         Get an element from a list by its index.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/lindex/
         """
@@ -140,7 +142,7 @@ class List1Client(ClientBase):
 
         Pop an element from a list, push it to another list and return it.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/lmove/
         """
@@ -167,7 +169,8 @@ class List1Client(ClientBase):
 
         Remove and get the first elements in a list.
 
-        Reply: ``Value | list[Value] | None``.
+        Reply: ``Value | list[Value] | None``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/lpop/
         """
@@ -194,7 +197,7 @@ class List1Pipeline(PipelineBase):
         available.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/blmove/
         """
@@ -226,7 +229,7 @@ class List1Pipeline(PipelineBase):
         Remove and get the first element in a list, or block until one is available.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Value] |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/blpop/
         """
@@ -239,7 +242,7 @@ class List1Pipeline(PipelineBase):
         Remove and get the last element in a list, or block until one is available.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Value] |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/brpop/
         """
@@ -253,7 +256,7 @@ class List1Pipeline(PipelineBase):
         available.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/brpoplpush/
         """
@@ -267,7 +270,7 @@ class List1Pipeline(PipelineBase):
         Get an element from a list by its index.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/lindex/
         """
@@ -303,7 +306,7 @@ class List1Pipeline(PipelineBase):
         Pop an element from a list, push it to another list and return it.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/lmove/
         """
@@ -330,7 +333,7 @@ class List1Pipeline(PipelineBase):
         Remove and get the first elements in a list.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        list[Value] | None``.
+        list[Value] | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/lpop/
         """

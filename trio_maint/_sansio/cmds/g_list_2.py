@@ -70,7 +70,7 @@ class List2Client(ClientBase):
 
         Get a range of elements from a list.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/lrange/
         """
@@ -114,7 +114,8 @@ class List2Client(ClientBase):
 
         Remove and get the last elements in a list.
 
-        Reply: ``Value | list[Value] | None``.
+        Reply: ``Value | list[Value] | None``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/rpop/
         """
@@ -128,7 +129,7 @@ class List2Client(ClientBase):
 
         Remove the last element in a list, prepend it to another list and return it.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/rpoplpush/
         """
@@ -214,7 +215,7 @@ class List2Pipeline(PipelineBase):
         Get a range of elements from a list.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/lrange/
         """
@@ -259,7 +260,7 @@ class List2Pipeline(PipelineBase):
         Remove and get the last elements in a list.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        list[Value] | None``.
+        list[Value] | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/rpop/
         """
@@ -274,7 +275,7 @@ class List2Pipeline(PipelineBase):
         Remove the last element in a list, prepend it to another list and return it.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/rpoplpush/
         """

@@ -33,7 +33,7 @@ class PubsubClient(ClientBase):
 
         List active channels.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/pubsub-channels/
         """
@@ -77,7 +77,7 @@ class PubsubClient(ClientBase):
 
         List active shard channels.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/pubsub-shardchannels/
         """
@@ -126,7 +126,7 @@ class PubsubPipeline(PipelineBase):
         List active channels.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/pubsub-channels/
         """
@@ -171,7 +171,7 @@ class PubsubPipeline(PipelineBase):
         List active shard channels.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/pubsub-shardchannels/
         """

@@ -144,7 +144,7 @@ class ScriptingClient(ClientBase):
 
         Kill the function currently in execution.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/function-kill/
         """
@@ -173,7 +173,7 @@ class ScriptingClient(ClientBase):
 
         Create a function with the given arguments (name, code, description).
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/function-load/
         """
@@ -213,7 +213,7 @@ class ScriptingClient(ClientBase):
 
         Set the debug mode for executed scripts.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/script-debug/
         """
@@ -398,6 +398,7 @@ class ScriptingPipeline(PipelineBase):
         Kill the function currently in execution.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/function-kill/
         """
@@ -425,6 +426,7 @@ class ScriptingPipeline(PipelineBase):
         Create a function with the given arguments (name, code, description).
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/function-load/
         """
@@ -466,6 +468,7 @@ class ScriptingPipeline(PipelineBase):
         Set the debug mode for executed scripts.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/script-debug/
         """

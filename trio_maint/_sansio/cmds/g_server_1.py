@@ -24,7 +24,7 @@ class Server1Client(ClientBase):
 
         List the ACL categories or the commands inside a category.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-cat/
         """
@@ -49,7 +49,7 @@ class Server1Client(ClientBase):
 
         Returns whether the user can execute the given command without executing the command.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-dryrun/
         """
@@ -60,7 +60,7 @@ class Server1Client(ClientBase):
 
         Generate a pseudorandom secure password to use for ACL users.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-genpass/
         """
@@ -96,7 +96,7 @@ class Server1Client(ClientBase):
 
         List the current ACL rules in ACL config file format.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-list/
         """
@@ -197,7 +197,7 @@ class Server1Client(ClientBase):
 
         List the username of all the configured ACL rules.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-users/
         """
@@ -208,7 +208,7 @@ class Server1Client(ClientBase):
 
         Return the name of the user associated to the current connection.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-whoami/
         """
@@ -219,7 +219,7 @@ class Server1Client(ClientBase):
 
         Asynchronously rewrite the append-only file.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/bgrewriteaof/
         """
@@ -230,7 +230,7 @@ class Server1Client(ClientBase):
 
         Asynchronously save the dataset to disk.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/bgsave/
         """
@@ -260,7 +260,7 @@ class Server1Pipeline(PipelineBase):
         List the ACL categories or the commands inside a category.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-cat/
         """
@@ -286,6 +286,7 @@ class Server1Pipeline(PipelineBase):
         Returns whether the user can execute the given command without executing the command.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-dryrun/
         """
@@ -297,6 +298,7 @@ class Server1Pipeline(PipelineBase):
         Generate a pseudorandom secure password to use for ACL users.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-genpass/
         """
@@ -334,7 +336,7 @@ class Server1Pipeline(PipelineBase):
         List the current ACL rules in ACL config file format.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-list/
         """
@@ -436,7 +438,7 @@ class Server1Pipeline(PipelineBase):
         List the username of all the configured ACL rules.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-users/
         """
@@ -448,6 +450,7 @@ class Server1Pipeline(PipelineBase):
         Return the name of the user associated to the current connection.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/acl-whoami/
         """
@@ -459,6 +462,7 @@ class Server1Pipeline(PipelineBase):
         Asynchronously rewrite the append-only file.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/bgrewriteaof/
         """
@@ -470,6 +474,7 @@ class Server1Pipeline(PipelineBase):
         Asynchronously save the dataset to disk.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/bgsave/
         """

@@ -47,7 +47,7 @@ class Server2Client(ClientBase):
 
         Extract keys given a full Redis command.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/command-getkeys/
         """
@@ -93,7 +93,7 @@ class Server2Client(ClientBase):
 
         Get an array of Redis command names.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/command-list/
         """
@@ -139,7 +139,7 @@ class Server2Client(ClientBase):
 
         Rewrite the configuration file with the in memory configuration.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/config-rewrite/
         """
@@ -255,7 +255,7 @@ class Server2Pipeline(PipelineBase):
         Extract keys given a full Redis command.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/command-getkeys/
         """
@@ -302,7 +302,7 @@ class Server2Pipeline(PipelineBase):
         Get an array of Redis command names.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/command-list/
         """
@@ -350,6 +350,7 @@ class Server2Pipeline(PipelineBase):
         Rewrite the configuration file with the in memory configuration.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/config-rewrite/
         """

@@ -37,7 +37,7 @@ class Server3Client(ClientBase):
 
         Return a human readable latency analysis report.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/latency-doctor/
         """
@@ -48,7 +48,7 @@ class Server3Client(ClientBase):
 
         Return a latency graph for the event.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/latency-graph/
         """
@@ -114,7 +114,7 @@ class Server3Client(ClientBase):
 
         Display some computer art and the Redis version.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/lolwut/
         """
@@ -126,7 +126,7 @@ class Server3Client(ClientBase):
 
         Outputs memory problems report.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/memory-doctor/
         """
@@ -148,7 +148,7 @@ class Server3Client(ClientBase):
 
         Show allocator internal stats.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/memory-malloc-stats/
         """
@@ -234,6 +234,7 @@ class Server3Pipeline(PipelineBase):
         Return a human readable latency analysis report.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/latency-doctor/
         """
@@ -245,6 +246,7 @@ class Server3Pipeline(PipelineBase):
         Return a latency graph for the event.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/latency-graph/
         """
@@ -312,6 +314,7 @@ class Server3Pipeline(PipelineBase):
         Display some computer art and the Redis version.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/lolwut/
         """
@@ -324,6 +327,7 @@ class Server3Pipeline(PipelineBase):
         Outputs memory problems report.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/memory-doctor/
         """
@@ -346,6 +350,7 @@ class Server3Pipeline(PipelineBase):
         Show allocator internal stats.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/memory-malloc-stats/
         """

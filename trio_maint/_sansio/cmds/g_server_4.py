@@ -38,7 +38,7 @@ class Server4Client(ClientBase):
 
         Load a module with extended parameters.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/module-loadex/
         """
@@ -61,7 +61,7 @@ class Server4Client(ClientBase):
 
         Make the server a replica of another instance, or promote it as master.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/replicaof/
         """
@@ -222,6 +222,7 @@ class Server4Pipeline(PipelineBase):
         Load a module with extended parameters.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/module-loadex/
         """
@@ -245,6 +246,7 @@ class Server4Pipeline(PipelineBase):
         Make the server a replica of another instance, or promote it as master.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/replicaof/
         """

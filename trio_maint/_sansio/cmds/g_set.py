@@ -47,7 +47,7 @@ class SetClient(ClientBase):
 
         Subtract multiple sets.
 
-        Reply: ``set[Value]``.
+        Reply: ``set[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/sdiff/
         """
@@ -69,7 +69,7 @@ class SetClient(ClientBase):
 
         Intersect multiple sets.
 
-        Reply: ``set[Value]``.
+        Reply: ``set[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/sinter/
         """
@@ -118,7 +118,7 @@ class SetClient(ClientBase):
 
         Get all the members in a set.
 
-        Reply: ``set[Value]``.
+        Reply: ``set[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/smembers/
         """
@@ -155,7 +155,8 @@ class SetClient(ClientBase):
 
         Remove and return one or multiple random members from a set.
 
-        Reply: ``Value | list[Value] | None``.
+        Reply: ``Value | list[Value] | None``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/spop/
         """
@@ -171,7 +172,8 @@ class SetClient(ClientBase):
 
         Get one or multiple random members from a set.
 
-        Reply: ``Value | list[Value] | None``.
+        Reply: ``Value | list[Value] | None``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/srandmember/
         """
@@ -198,7 +200,8 @@ class SetClient(ClientBase):
 
         Incrementally iterate Set elements.
 
-        Reply: ``tuple[int, list[Value]]``.
+        Reply: ``tuple[int, list[Value]]``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/sscan/
         """
@@ -210,7 +213,7 @@ class SetClient(ClientBase):
 
         Add multiple sets.
 
-        Reply: ``set[Value]``.
+        Reply: ``set[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/sunion/
         """
@@ -259,6 +262,7 @@ class SetPipeline(PipelineBase):
         Subtract multiple sets.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``set[Value]``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/sdiff/
         """
@@ -281,6 +285,7 @@ class SetPipeline(PipelineBase):
         Intersect multiple sets.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``set[Value]``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/sinter/
         """
@@ -330,6 +335,7 @@ class SetPipeline(PipelineBase):
         Get all the members in a set.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``set[Value]``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/smembers/
         """
@@ -365,7 +371,7 @@ class SetPipeline(PipelineBase):
         Remove and return one or multiple random members from a set.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        list[Value] | None``.
+        list[Value] | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/spop/
         """
@@ -380,7 +386,7 @@ class SetPipeline(PipelineBase):
         Get one or multiple random members from a set.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        list[Value] | None``.
+        list[Value] | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/srandmember/
         """
@@ -408,7 +414,7 @@ class SetPipeline(PipelineBase):
         Incrementally iterate Set elements.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``tuple[int,
-        list[Value]]``.
+        list[Value]]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/sscan/
         """
@@ -421,6 +427,7 @@ class SetPipeline(PipelineBase):
         Add multiple sets.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``set[Value]``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/sunion/
         """

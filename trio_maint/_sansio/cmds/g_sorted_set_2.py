@@ -149,7 +149,7 @@ class SortedSet2Client(ClientBase):
 
         Return a range of members in a sorted set, by lexicographical range.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/zrangebylex/
         """
@@ -357,7 +357,7 @@ class SortedSet2Pipeline(PipelineBase):
         Return a range of members in a sorted set, by lexicographical range.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/zrangebylex/
         """

@@ -91,7 +91,7 @@ class SortedSet3Client(ClientBase):
         Return a range of members in a sorted set, by lexicographical range, ordered from higher
         to lower strings.
 
-        Reply: ``list[Value]``.
+        Reply: ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/zrevrangebylex/
         """
@@ -273,7 +273,7 @@ class SortedSet3Pipeline(PipelineBase):
         to lower strings.
 
         Queues the command and returns the pipeline; its reply in ``execute()``:
-        ``list[Value]``.
+        ``list[Value]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/zrevrangebylex/
         """

@@ -50,7 +50,7 @@ class Stream1Client(ClientBase):
 
         Appends a new entry to a stream.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/xadd/
         """
@@ -264,7 +264,7 @@ class Stream1Pipeline(PipelineBase):
         Appends a new entry to a stream.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/xadd/
         """

@@ -55,7 +55,7 @@ class String1Client(ClientBase):
 
         Get the value of a key.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/get/
         """
@@ -66,7 +66,7 @@ class String1Client(ClientBase):
 
         Get the value of a key and delete the key.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/getdel/
         """
@@ -86,7 +86,7 @@ class String1Client(ClientBase):
 
         Get the value of a key and optionally set its expiration.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/getex/
         """
@@ -108,7 +108,7 @@ class String1Client(ClientBase):
 
         Get a substring of the string stored at a key.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/getrange/
         """
@@ -119,7 +119,7 @@ class String1Client(ClientBase):
 
         Set the string value of a key and return its old value.
 
-        Reply: ``Value | None``.
+        Reply: ``Value | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/getset/
         """
@@ -201,7 +201,7 @@ class String1Pipeline(PipelineBase):
         Get the value of a key.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/get/
         """
@@ -213,7 +213,7 @@ class String1Pipeline(PipelineBase):
         Get the value of a key and delete the key.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/getdel/
         """
@@ -234,7 +234,7 @@ class String1Pipeline(PipelineBase):
         Get the value of a key and optionally set its expiration.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/getex/
         """
@@ -257,6 +257,7 @@ class String1Pipeline(PipelineBase):
         Get a substring of the string stored at a key.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/getrange/
         """
@@ -268,7 +269,7 @@ class String1Pipeline(PipelineBase):
         Set the string value of a key and return its old value.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value |
-        None``.
+        None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/getset/
         """

@@ -52,7 +52,8 @@ class String2Client(ClientBase):
 
         Get the values of all the given keys.
 
-        Reply: ``list[Value | None]``.
+        Reply: ``list[Value | None]``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
 
         https://redis.io/commands/mget/
         """
@@ -109,7 +110,8 @@ class String2Client(ClientBase):
 
         Set the string value of a key.
 
-        Reply: ``bool | Value | None``.
+        Reply: ``bool | Value | None``. ``Value`` is ``bytes``, or ``str`` with
+        ``decode_responses``.
         True when set; None when NX/XX prevented it; the old value with get=True.
 
         https://redis.io/commands/set/
@@ -166,7 +168,7 @@ class String2Client(ClientBase):
 
         Get a substring of the string stored at a key.
 
-        Reply: ``Value``.
+        Reply: ``Value``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/substr/
         """
@@ -210,7 +212,7 @@ class String2Pipeline(PipelineBase):
         Get the values of all the given keys.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Value |
-        None]``.
+        None]``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/mget/
         """
@@ -268,7 +270,7 @@ class String2Pipeline(PipelineBase):
         Set the string value of a key.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``bool | Value
-        | None``.
+        | None``. ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
         True when set; None when NX/XX prevented it; the old value with get=True.
 
         https://redis.io/commands/set/
@@ -326,6 +328,7 @@ class String2Pipeline(PipelineBase):
         Get a substring of the string stored at a key.
 
         Queues the command and returns the pipeline; its reply in ``execute()``: ``Value``.
+        ``Value`` is ``bytes``, or ``str`` with ``decode_responses``.
 
         https://redis.io/commands/substr/
         """
