@@ -73,6 +73,7 @@ def c(
     cb: str | None = None,
     **kw: str,
 ) -> Cmd:
+    """A :class:`Cmd` with the reply type given by its short name (``REPLY_SHORT``)."""
     return Cmd(sig, emit, REPLY_SHORT.get(r, r), cb, **kw)
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "build_sscan",
 ]
 
+#: What a builder returns: the command's arguments and its reply callback (or ``None``).
 Built: TypeAlias = tuple[tuple[CommandArg, ...], Callback | None]
 
 
