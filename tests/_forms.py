@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
 __all__ = [
+    "AS_INT",
+    "AS_XREAD",
     "LENGTH",
     "SCAN",
     "SHAPE",
@@ -71,6 +73,9 @@ class Form:
     error: bool = False
     #: a documented deliberate difference: the reason (not a failure)
     deliberate: str | None = None
+    #: turns our reply into redis-py's shape: the difference is deliberate only if the
+    #: adapted reply is alike (so a documented difference still guards the content)
+    adapt: Normaliser | None = None
     #: only in the decoded mode (replies that are binary, e.g. DUMP)
     raw_only: bool = False
     decoded_only: bool = False
@@ -105,9 +110,10 @@ class Form:
         """redis-py raises for this form; the errors are compared."""
         return dataclasses.replace(self, error=True)
 
-    def differs(self, reason: str) -> Form:
-        """A documented deliberate difference (listed in docs/compatibility.md)."""
-        return dataclasses.replace(self, deliberate=reason)
+    def differs(self, reason: str, adapt: Normaliser) -> Form:
+        """A documented deliberate difference (listed in docs/compatibility.md): ``adapt``
+        maps our reply to redis-py's, and the adapted replies must be alike."""
+        return dataclasses.replace(self, deliberate=reason, adapt=adapt)
 
     def decoded(self) -> Form:
         """Only with ``decode_responses=True``."""
@@ -225,6 +231,24 @@ def KEYS_OF(value: Any) -> Any:
     if isinstance(value, dict):
         return sorted(map(str, value))
     return TYPE(value)
+
+
+# ---------------------------------------------------------------------- adapters
+
+
+def AS_INT(value: Any) -> Any:
+    """``bool`` replies (or lists of them) as the server's 0/1, as redis-py passes them."""
+    if isinstance(value, list):
+        return [AS_INT(v) for v in value]
+    return int(value) if isinstance(value, bool) else value
+
+
+def AS_XREAD(value: Any) -> Any:
+    """Typed ``XREAD``/``XREADGROUP`` replies (stream → entries) in redis-py's RESP3 shape
+    (stream → a one-item list holding the ``(id, fields)`` pairs)."""
+    if isinstance(value, dict):
+        return {k: [[tuple(entry) for entry in v]] for k, v in value.items()}
+    return value
 
 
 # ---------------------------------------------------------------------- comparison

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._forms import KEYS_OF, LENGTH, SCAN, SHAPE, TYPE, call, family
+from ._forms import AS_XREAD, KEYS_OF, LENGTH, SCAN, SHAPE, TYPE, call, family
 
 Z = ("ZADD", "{t}z", "1", "a", "2", "b", "3", "c", "4", "d")
 Z2 = ("ZADD", "{t}z2", "2", "b", "3", "c", "10", "x")
@@ -148,6 +148,8 @@ XR = ("XRANGE", "{t}x", "-", "+")
 XS = (X, X2, X3)
 XPR = ("XPENDING", "{t}x", "g1", "-", "+", "10")
 XPS = ("XPENDING", "{t}x", "g1")
+#: docs/commands.md and docs/streams.md: stream replies are typed (StreamEntry)
+TYPED = "typed stream entries (StreamEntry); redis-py nests (id, fields) pairs in a list"
 
 STREAMS = family(
     "streams",
@@ -209,17 +211,25 @@ STREAMS = family(
         call("xrange", "{t}x", "1-2", "+").given(*XS),
         call("xrange", "{t}x", min="-", max="1-2", count=1).given(*XS),
         call("xrange", "{t}missing"),
-        call("xread", {"{t}x": "0"}).given(*XS),
-        call("xread", {"{t}x": "1-1"}, count=1).given(*XS),
-        call("xread", {"{t}x": "0-0", "{t}y": "0"}).given(*XS, ("XADD", "{t}y", "1-0", "a", "b")),
+        call("xread", {"{t}x": "0"}).given(*XS).differs(TYPED, AS_XREAD),
+        call("xread", {"{t}x": "1-1"}, count=1).given(*XS).differs(TYPED, AS_XREAD),
+        call("xread", {"{t}x": "0-0", "{t}y": "0"})
+        .given(*XS, ("XADD", "{t}y", "1-0", "a", "b"))
+        .differs(TYPED, AS_XREAD),
         call("xread", {"{t}x": "$"}, block=50).given(*XS),
-        call("xread", {"{t}x": "2-0"}),
-        call("xreadgroup", "g1", "c1", {"{t}x": ">"}).given(*XS, G).then(XPS),
-        call("xreadgroup", "g1", "c1", {"{t}x": ">"}, count=1).given(*XS, G),
+        call("xread", {"{t}x": "2-0"}).differs(TYPED, AS_XREAD),
+        call("xreadgroup", "g1", "c1", {"{t}x": ">"})
+        .given(*XS, G)
+        .then(XPS)
+        .differs(TYPED, AS_XREAD),
+        call("xreadgroup", "g1", "c1", {"{t}x": ">"}, count=1)
+        .given(*XS, G)
+        .differs(TYPED, AS_XREAD),
         call("xreadgroup", "g1", "c1", {"{t}x": ">"}, noack=True)
         .given(*XS, G)
-        .then(("XPENDING", "{t}x", "g1")),
-        call("xreadgroup", "g1", "c1", {"{t}x": "0"}).given(*XS, G, RG),
+        .then(("XPENDING", "{t}x", "g1"))
+        .differs(TYPED, AS_XREAD),
+        call("xreadgroup", "g1", "c1", {"{t}x": "0"}).given(*XS, G, RG).differs(TYPED, AS_XREAD),
         call("xreadgroup", "g1", "c1", {"{t}x": ">"}, block=50).given(*XS, G, RG),
         call("xrevrange", "{t}x").given(*XS),
         call("xrevrange", "{t}x", "1-2", "-").given(*XS),

@@ -136,11 +136,13 @@ def verdict(form: Form, py: Outcome, ours: Outcome) -> str:
         return "bad-form"  # redis-py did not do what the form says it does
     if ours.kind == "absent":
         return "absent"
-    alike = _alike(form, py, ours)
-    if alike:
+    if _alike(form, py, ours):
         return "alike"
     if form.deliberate:
-        return "deliberate"
+        if form.adapt is None or ours.kind != "ok":
+            return "differs"
+        adapted = Outcome(ours.kind, form.adapt(ours.value), ours.checks)
+        return "deliberate" if _alike(form, py, adapted) else "differs"
     if py.kind == "ok" and ours.kind != "ok":
         return "raises"
     return "differs"

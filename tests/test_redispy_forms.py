@@ -21,10 +21,11 @@ import trio
 
 import trio_maint
 from trio_maint._sansio.slots import key_slot
+from trio_maint._sansio.streams import StreamEntry
 from trio_maint.testing import LocalCluster, RedisServer
 
 from . import _forms_data_d
-from ._forms import LENGTH, SCAN, SHAPE, TYPE, UNORDERED, call, same
+from ._forms import AS_INT, AS_XREAD, LENGTH, SCAN, SHAPE, TYPE, UNORDERED, call, same
 from ._forms_run import (
     MODES,
     Result,
@@ -124,7 +125,12 @@ def test_verdicts() -> None:
     assert verdict(form, ok, Outcome("absent")) == "absent"
     assert verdict(form, ok, Outcome("client-error", "TypeError: x")) == "raises"
     assert verdict(form, Outcome("server-error", "x"), ok) == "bad-form"
-    assert verdict(form.differs("why"), ok, Outcome("ok", 1)) == "deliberate"
+    assert verdict(form.differs("why", str.encode), ok, Outcome("ok", "v")) == "deliberate"
+    assert verdict(form.differs("why", str.encode), ok, Outcome("ok", "w")) == "differs"
+    assert verdict(form.differs("why", str.encode), ok, Outcome("absent")) == "absent"
+    assert AS_INT([True, False]) == [1, 0] and AS_INT(True) == 1
+    entry = StreamEntry(id=b"1-1", fields={b"f": b"v"})
+    assert same(AS_XREAD({b"x": [entry]}), {b"x": [[(b"1-1", {b"f": b"v"})]]})
     err = form.raises()
     assert verdict(err, Outcome("server-error", "m"), Outcome("server-error", "m")) == "alike"
     assert verdict(err, Outcome("server-error", "m x"), Outcome("server-error", "ERR m x")) == (
