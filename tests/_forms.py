@@ -69,6 +69,8 @@ class Form:
     in_pipeline: bool = True
     #: run on the cluster client (``None``: when the form names keys)
     on_cluster: bool | None = None
+    #: run in a cluster pipeline too (when on the cluster and in a pipeline)
+    in_cluster_pipeline: bool = True
     #: redis-py raises here (the comparison is then of the errors)
     error: bool = False
     #: a documented deliberate difference: the reason (not a failure)
@@ -76,6 +78,8 @@ class Form:
     #: turns our reply into redis-py's shape: the difference is deliberate only if the
     #: adapted reply is alike (so a documented difference still guards the content)
     adapt: Normaliser | None = None
+    #: a documented exclusion: trio_maint has no such method, for this reason
+    excluded: str | None = None
     #: only in the decoded mode (replies that are binary, e.g. DUMP)
     raw_only: bool = False
     decoded_only: bool = False
@@ -102,6 +106,10 @@ class Form:
         """Not run on the cluster client."""
         return dataclasses.replace(self, on_cluster=False)
 
+    def no_cluster_pipeline(self) -> Form:
+        """Not run in a cluster pipeline (say why where it is used)."""
+        return dataclasses.replace(self, in_cluster_pipeline=False)
+
     def cluster(self) -> Form:
         """Run on the cluster client although the form names no key."""
         return dataclasses.replace(self, on_cluster=True)
@@ -114,6 +122,11 @@ class Form:
         """A documented deliberate difference (listed in docs/compatibility.md): ``adapt``
         maps our reply to redis-py's, and the adapted replies must be alike."""
         return dataclasses.replace(self, deliberate=reason, adapt=adapt)
+
+    def absent(self, reason: str) -> Form:
+        """trio_maint leaves the method out on purpose (docs/commands.md says why): its
+        absence is deliberate; should the method appear, it is compared as any other."""
+        return dataclasses.replace(self, excluded=reason)
 
     def decoded(self) -> Form:
         """Only with ``decode_responses=True``."""

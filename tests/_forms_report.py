@@ -97,8 +97,9 @@ def deliberate_table(results: Sequence[Result]) -> str:
     """The documented deliberate differences, one line per form."""
     seen = {}
     for r in results:
-        if r.form.deliberate and r.form_id not in seen:
-            seen[r.form_id] = r.form.deliberate
+        reason = r.form.deliberate or (r.form.excluded and f"no method: {r.form.excluded}")
+        if reason and r.form_id not in seen:
+            seen[r.form_id] = reason
     if not seen:
         return "No deliberate differences are documented at present."
     lines = ["| form | reason |", "|---|---|"]

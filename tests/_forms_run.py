@@ -135,7 +135,7 @@ def verdict(form: Form, py: Outcome, ours: Outcome) -> str:
     if form.error != (py.kind in ("server-error", "client-error")):
         return "bad-form"  # redis-py did not do what the form says it does
     if ours.kind == "absent":
-        return "absent"
+        return "deliberate" if form.excluded else "absent"
     if _alike(form, py, ours):
         return "alike"
     if form.deliberate:
@@ -325,6 +325,8 @@ def applies(form: Form, mode: str) -> bool:
     if form.raw_only:
         return False
     if mode.startswith("cluster") and not form.runs_on_cluster:
+        return False
+    if mode == "cluster-pipeline" and not form.in_cluster_pipeline:
         return False
     return form.in_pipeline or not mode.endswith("pipeline")
 

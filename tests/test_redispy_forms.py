@@ -128,6 +128,8 @@ def test_verdicts() -> None:
     assert verdict(form.differs("why", str.encode), ok, Outcome("ok", "v")) == "deliberate"
     assert verdict(form.differs("why", str.encode), ok, Outcome("ok", "w")) == "differs"
     assert verdict(form.differs("why", str.encode), ok, Outcome("absent")) == "absent"
+    assert verdict(form.absent("why"), ok, Outcome("absent")) == "deliberate"
+    assert verdict(form.absent("why"), ok, Outcome("ok", b"w")) == "differs"
     assert AS_INT([True, False]) == [1, 0] and AS_INT(True) == 1
     entry = StreamEntry(id=b"1-1", fields={b"f": b"v"})
     assert same(AS_XREAD({b"x": [entry]}), {b"x": [[(b"1-1", {b"f": b"v"})]]})
