@@ -54,10 +54,10 @@ def summary(results: Sequence[Result]) -> str:
         if r.mode != "decoded":
             other[r.mode, r.form.family][r.verdict in ("alike", "deliberate")] += 1
     modes = [m for m in MODES[1:] if any(k[0] == m for k in other)]
-    head = ["family", "forms", "methods", *VERDICTS, "alike %", *(f"{m} alike" for m in modes)]
+    head = ["family", "forms", "methods", *VERDICTS, "ok %", *(f"{m} ok" for m in modes)]
     lines = [
-        "Forms and verdicts of the decoded mode; each other mode's column: the forms answered"
-        " alike (or deliberately differently) out of those run in that mode.",
+        "Forms and verdicts of the decoded mode (ok: alike or deliberate); each other"
+        " mode's column: the forms ok out of those run in that mode.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -73,7 +73,7 @@ def summary(results: Sequence[Result]) -> str:
         total.update(c)
         all_methods |= methods[fam]
         cells = [fam, str(n), str(len(methods[fam])), *(str(c[v]) for v in VERDICTS)]
-        cells.append(f"{100 * (c['alike'] + c['deliberate']) / n:.0f} %")
+        cells.append(f"{100 * (c['alike'] + c['deliberate']) / n:.1f} %")
         for m in modes:
             o = other[m, fam]
             totals_other[m].update(o)
@@ -81,7 +81,7 @@ def summary(results: Sequence[Result]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     n = sum(total.values())
     cells = ["**all**", str(n), str(len(all_methods)), *(str(total[v]) for v in VERDICTS)]
-    cells.append(f"{100 * (total['alike'] + total['deliberate']) / max(n, 1):.0f} %")
+    cells.append(f"{100 * (total['alike'] + total['deliberate']) / max(n, 1):.1f} %")
     for m in modes:
         o = totals_other[m]
         cells.append(f"{o[True]}/{o[True] + o[False]}")
