@@ -144,7 +144,9 @@ async def test_tls_untrusted_certificate_fails(tls_server: tuple[RedisServer, in
 async def test_timeout_error_is_builtin_timeout(redis_url: str) -> None:
     async with trio_maint.open_redis(redis_url, socket_timeout=0.2) as r:
         with pytest.raises(TimeoutError) as info:
-            await r.execute_command("BLPOP", "never-filled", "1")
+            # (A blocking command's reply wait is its own timeout plus socket_timeout:
+            # an explicit timeout shorter than the command's makes it time out.)
+            await r.execute_command("BLPOP", "never-filled", "1", timeout=0.2)
         assert isinstance(info.value, builtins_timeout())
         # The connection that timed out was discarded; the next command is fine.
         assert await r.ping() is True

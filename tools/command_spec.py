@@ -661,7 +661,7 @@ COMMANDS: dict[str, Cmd] = {
     "acl|deluser": c("*username:V", "ACL DELUSER *username", r="i"),
     "acl|dryrun": c("username:V, *args:V", r="V"),
     "acl|genpass": c("bits:I=None", "ACL GENPASS ?bits", r="V"),
-    "acl|getuser": c("username:V", r="d"),
+    "acl|getuser": c("username:V", r="dict[str, Any] | None", cb="parse_acl_getuser"),
     "acl|list": c("", r="lV"),
     "acl|load": c("", **OK),
     "acl|log": c("count:I=None", "ACL LOG ?count", r="l"),
@@ -802,7 +802,9 @@ COMMANDS: dict[str, Cmd] = {
 
 #: Methods beyond one-per-command: redis-py's helpers that send a command of the table.
 EXTRAS: dict[str, Cmd] = {
-    "command": Cmd("", "COMMAND", "list[Any]", command="command|info"),
+    "command": Cmd(
+        "", "COMMAND", "dict[str, dict[str, Any]]", "parse_command_table", command="command|info"
+    ),
     "object": Cmd("infotype:S, key:K", "OBJECT infotype key", "Any", command="object|encoding"),
     "cluster": Cmd(
         "cluster_arg:S, *args:V", "CLUSTER cluster_arg *args", "Any", command="cluster|info"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
@@ -62,7 +63,7 @@ class Pipeline(PipelineScripting, PipelineCommands):
 
         async with r.pipeline() as pipe:
             await pipe.watch("balance")
-            balance = int(await pipe.immediate_execute_command("GET", "balance"))
+            balance = int(await pipe.get("balance"))  # runs at once while watching
             pipe.multi()
             pipe.set("balance", balance - 10)
             await pipe.execute()   # raises WatchError if "balance" changed meanwhile
@@ -81,6 +82,9 @@ class Pipeline(PipelineScripting, PipelineCommands):
         self._conn: Connection | None = None
         self.watching = False
         self._explicit_multi = False
+        # A command of redis-py's immediate mode (after watch(), before multi()), run when
+        # the pipeline is awaited.
+        self._immediate: tuple[tuple[CommandArg, ...], Callback | None] | None = None
 
     def __len__(self) -> int:
         return len(self._stack)
@@ -107,10 +111,45 @@ class Pipeline(PipelineScripting, PipelineCommands):
         *,
         timeout: float | Literal[Unset.UNSET] | None = UNSET,
     ) -> Pipeline:
+        if self.watching and not self._explicit_multi:
+            return self._defer_immediate(args, callback)
         if timeout is not UNSET:  # a blocking command (see _blocking_timeout)
             self._blocking = True
         self._stack.append((args, callback))
         return self
+
+    def _defer_immediate(self, args: tuple[CommandArg, ...], callback: Callback | None) -> Self:
+        # redis-py's immediate mode: after watch() and before multi(), a command runs at
+        # once. Typed methods return the pipeline; awaiting it runs the command.
+        if self._immediate is not None:
+            raise RedisError(
+                "after watch() and before multi(), each command runs at once: await it "
+                f"(`await pipe.get(k)`) before the next; {self._immediate[0][0]!r} was not"
+            )
+        self._immediate = (args, callback)
+        return self
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        """``await pipe.<command>(...)`` after :meth:`watch` and before :meth:`multi`:
+        the command runs at once on the watching connection and this is its reply, as
+        redis-py's immediate mode.
+
+        :raises TypeError: no command is waiting to run (the pipeline is not watching,
+            or :meth:`multi` was called: commands are queued, see :meth:`execute`).
+        :raises ResponseError: the server answered with an error.
+        """
+        return self._run_immediate().__await__()
+
+    async def _run_immediate(self) -> Any:
+        pending, self._immediate = self._immediate, None
+        if pending is None:
+            raise TypeError(
+                "a Pipeline is awaited only for a command run at once after watch() and "
+                "before multi(); queued commands run with `await pipe.execute()`"
+            )
+        args, callback = pending
+        reply = await self.immediate_execute_command(*args)
+        return reply if callback is None else apply_callback(callback, reply, args)
 
     def _blocking_timeout(self, timeout: float | None, unit: TimeUnit = "s") -> float | None:
         """As :meth:`Redis._blocking_timeout`; a command queued with it makes
@@ -120,11 +159,14 @@ class Pipeline(PipelineScripting, PipelineCommands):
 
     def execute_command(self, *args: CommandArg) -> Pipeline:
         """Queue any command (``args`` as for :meth:`Redis.execute_command`); returns the
-        pipeline.
+        pipeline (after :meth:`watch` and before :meth:`multi`, await it: the command
+        runs at once, as every command method then).
 
         :raises DataError: no arguments (nothing is queued).
         """
         check_command(args)
+        if self.watching and not self._explicit_multi:
+            return self._defer_immediate(args, None)
         if command_timeout(args) is not None:
             self._blocking = True
         self._stack.append((args, None))
@@ -177,6 +219,15 @@ class Pipeline(PipelineScripting, PipelineCommands):
             raise reply
         return reply
 
+    def _check_no_immediate(self) -> None:
+        if self._immediate is not None:
+            name = self._immediate[0][0]
+            self._immediate = None
+            raise RedisError(
+                f"{name!r} was called after watch() and never awaited: before multi(), "
+                "commands run at once (`await pipe.get(k)`), as in redis-py"
+            )
+
     def multi(self) -> None:
         """Start queueing the transaction's commands (after :meth:`watch`).
 
@@ -184,6 +235,7 @@ class Pipeline(PipelineScripting, PipelineCommands):
         """
         if self._explicit_multi:
             raise RedisError("multi() was already called")
+        self._check_no_immediate()
         if self._stack:
             raise RedisError("commands were queued before multi()")
         self._explicit_multi = True
@@ -202,6 +254,7 @@ class Pipeline(PipelineScripting, PipelineCommands):
         :raises ConnectionError, TimeoutError: the pipeline's connection failed; commands
             may or may not have run.
         """
+        self._check_no_immediate()
         stack, self._stack = self._stack, []
         if self._blocking:
             self._blocking = False
@@ -373,6 +426,7 @@ class Pipeline(PipelineScripting, PipelineCommands):
         self._blocking = False
         self._reply_wait = UNSET
         self._explicit_multi = False
+        self._immediate = None
         conn, self._conn = self._conn, None
         if conn is None:
             self.watching = False

@@ -14,8 +14,10 @@ __all__ = [
     "geo_items",
     "hscan_reply",
     "pair_list",
+    "parse_acl_getuser",
     "parse_client_info",
     "parse_client_list",
+    "parse_command_table",
     "str_dict",
     "str_keys",
     "time_pair",
@@ -154,3 +156,66 @@ def geo_items(withdist: bool, withhash: bool, withcoord: bool) -> Callable[[Any]
         return out
 
     return apply
+
+
+def _words(value: Any) -> list[str]:
+    text = _str(value)
+    return text.split() if isinstance(text, str) else []
+
+
+def parse_acl_getuser(reply: Any) -> dict[str, Any] | None:
+    """``ACL GETUSER``'s map → a ``dict`` with ``str`` keys and values, shaped as
+    redis-py's: ``"commands"`` split into ``"categories"`` (``+@...``/``-@...``) and
+    ``"commands"`` (the rest), ``"keys"`` and ``"channels"`` as lists of patterns,
+    ``"enabled"`` (``bool``: ``"on"`` among the flags); ``None`` for an unknown user."""
+    if reply is None:
+        return None
+    info: dict[str, Any] = {}
+    for key, value in to_dict(reply).items():
+        key = _str(key)
+        if isinstance(value, list):
+            value = [
+                {_str(k): _str(v) for k, v in to_dict(item).items()}
+                if isinstance(item, dict | list) and key == "selectors"
+                else _str(item)
+                for item in value
+            ]
+        else:
+            value = _str(value)
+        info[key] = value
+    rules = _words(info.get("commands", ""))
+    info["commands"] = [rule for rule in rules if "@" not in rule]
+    info["categories"] = [rule for rule in rules if "@" in rule]
+    for key in ("keys", "channels"):
+        if isinstance(info.get(key), str):
+            info[key] = _words(info[key])
+    info["enabled"] = "on" in (info.get("flags") or [])
+    return info
+
+
+def parse_command_table(reply: Any) -> dict[str, dict[str, Any]]:
+    """``COMMAND``'s list → ``{name: {"name", "arity", "flags" (a ``set``),
+    "first_key_pos", "last_key_pos", "step_count", "acl_categories", "tips",
+    "key_specifications", "subcommands"}}`` as redis-py shapes it (names and flags as
+    ``str``; the rest as the server sent it)."""
+    fields = (
+        "acl_categories",
+        "tips",
+        "key_specifications",
+        "subcommands",
+    )
+    table: dict[str, dict[str, Any]] = {}
+    for item in reply:
+        name = _str(item[0])
+        entry: dict[str, Any] = {
+            "name": name,
+            "arity": item[1],
+            "flags": {_str(flag) for flag in item[2]},
+            "first_key_pos": item[3],
+            "last_key_pos": item[4],
+            "step_count": item[5],
+        }
+        for index, field in enumerate(fields, start=6):
+            entry[field] = item[index] if len(item) > index else []
+        table[name] = entry
+    return table

@@ -11,6 +11,7 @@ from ..replies import is_ok
 from ..resp import CommandArg
 from .base import ClientBase, PipelineBase
 from .builders import build_acl_setuser
+from .callbacks import parse_acl_getuser, parse_command_table
 from .types import EncodableT, KeyT, Value
 
 __all__ = ["Server1Client", "Server1Pipeline"]
@@ -69,16 +70,16 @@ class Server1Client(ClientBase):
             cmd.append(bits)
         return self._command(tuple(cmd))
 
-    def acl_getuser(self, username: EncodableT) -> Awaitable[dict[Any, Any]]:
+    def acl_getuser(self, username: EncodableT) -> Awaitable[dict[str, Any] | None]:
         """``ACL GETUSER username``
 
         Get the rules for a specific ACL user.
 
-        Reply: ``dict[Any, Any]``.
+        Reply: ``dict[str, Any] | None``.
 
         https://redis.io/commands/acl-getuser/
         """
-        return self._command(("ACL", "GETUSER", username))
+        return self._command(("ACL", "GETUSER", username), parse_acl_getuser)
 
     def acl_help(self) -> Awaitable[Any]:
         """``ACL HELP``
@@ -239,16 +240,16 @@ class Server1Client(ClientBase):
             cmd.append("SCHEDULE")
         return self._command(tuple(cmd))
 
-    def command(self) -> Awaitable[list[Any]]:
+    def command(self) -> Awaitable[dict[str, dict[str, Any]]]:
         """``COMMAND INFO [command-name [command-name ...]]``
 
         Get array of specific Redis command details, or all when no argument is given.
 
-        Reply: ``list[Any]``.
+        Reply: ``dict[str, dict[str, Any]]``.
 
         https://redis.io/commands/command-info/
         """
-        return self._command(("COMMAND",))
+        return self._command(("COMMAND",), parse_command_table)
 
 
 class Server1Pipeline(PipelineBase):
@@ -312,12 +313,12 @@ class Server1Pipeline(PipelineBase):
 
         Get the rules for a specific ACL user.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[Any,
-        Any]``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[str,
+        Any] | None``.
 
         https://redis.io/commands/acl-getuser/
         """
-        return self._command(("ACL", "GETUSER", username))
+        return self._command(("ACL", "GETUSER", username), parse_acl_getuser)
 
     def acl_help(self) -> Self:
         """``ACL HELP``
@@ -488,8 +489,9 @@ class Server1Pipeline(PipelineBase):
 
         Get array of specific Redis command details, or all when no argument is given.
 
-        Queues the command and returns the pipeline; its reply in ``execute()``: ``list[Any]``.
+        Queues the command and returns the pipeline; its reply in ``execute()``: ``dict[str,
+        dict[str, Any]]``.
 
         https://redis.io/commands/command-info/
         """
-        return self._command(("COMMAND",))
+        return self._command(("COMMAND",), parse_command_table)
