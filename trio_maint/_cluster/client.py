@@ -18,7 +18,7 @@ import collections
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import attrs
 import trio
@@ -40,6 +40,7 @@ from .._sansio.errors import (
     check_command,
 )
 from .._sansio.errors import TimeoutError as RedisTimeoutError
+from .._sansio.fanout import combine_replies, fanout_policy
 from .._sansio.options import ClientOptions
 from .._sansio.outcome import Outcome
 from .._sansio.redact import redact_url
@@ -72,17 +73,16 @@ __all__ = ["SMIGRATED_DEDUP_SIZE", "RedisCluster", "open_redis_cluster"]
 
 logger = logging.getLogger("trio_maint.cluster")
 
-#: Keyless commands run on every master; their replies are combined.
-_ALL_MASTERS: Final = frozenset({"DBSIZE", "FLUSHDB", "FLUSHALL", "KEYS"})
-
-
 class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
     """A Redis Cluster client. Get one from :func:`open_redis_cluster`.
 
     Every command method of :class:`~trio_maint.Redis` is available and routed to the
     master of its key's slot (see docs/cluster.md). Keyless commands go to one master,
-    except ``DBSIZE`` (summed), ``KEYS`` (concatenated) and ``FLUSHDB``/``FLUSHALL`` (every
-    master). ``scan`` runs on one master; use :meth:`scan_iter` to walk every key.
+    except those the server tips for every shard with a way to combine the replies
+    (:mod:`trio_maint._sansio.fanout`): ``DBSIZE`` (summed), ``KEYS`` (concatenated),
+    ``FLUSHDB``/``FLUSHALL``, ``SCRIPT LOAD``/``EXISTS``/``FLUSH``, ``FUNCTION
+    LOAD``/``DELETE``/``FLUSH``, ``CONFIG SET``, ... (every master). ``scan`` runs on one
+    master; use :meth:`scan_iter` to walk every key.
 
     Errors: as :class:`~trio_maint.Redis`, plus :class:`~trio_maint.CrossSlotError`
     (before sending) for multi-key commands whose keys are in different slots, and the
@@ -385,7 +385,10 @@ class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
         async def run(index: int, info: NodeInfo) -> None:
             node = await self._node(info)
             assert node.client is not None
-            results[index] = await node.client.execute_command(*args)
+            try:
+                results[index] = await node.client.execute_command(*args)
+            except ResponseError as exc:  # combine_replies decides
+                results[index] = exc
 
         try:
             async with trio.open_nursery() as nursery:
@@ -402,14 +405,9 @@ class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
         *,
         timeout: float | Literal[Unset.UNSET] | None = UNSET,
     ) -> Any:
-        name = command_name(args[0])
-        if name in _ALL_MASTERS:
-            replies = await self._on_all_masters(args)
-            if name == "DBSIZE":
-                return sum(int(r) for r in replies)
-            if name == "KEYS":
-                return [key for r in replies for key in r]
-            reply = replies[0] if replies else b"OK"
+        policy = fanout_policy(args)
+        if policy is not None:  # every master, as the server's tips say (_sansio/fanout)
+            reply = combine_replies(policy, await self._on_all_masters(args))
         else:
             try:
                 slot = self._slot_of(args)
