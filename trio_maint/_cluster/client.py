@@ -73,6 +73,7 @@ __all__ = ["SMIGRATED_DEDUP_SIZE", "RedisCluster", "open_redis_cluster"]
 
 logger = logging.getLogger("trio_maint.cluster")
 
+
 class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
     """A Redis Cluster client. Get one from :func:`open_redis_cluster`.
 
