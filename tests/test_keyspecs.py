@@ -255,9 +255,11 @@ def test_generator_writes_its_output(tmp_path: Path, redis_url: str) -> None:
 
 def test_all_master_commands_are_all_shards_by_the_tips() -> None:
     """The keyless commands the cluster client runs on every master are those the server
-    tips as ``request_policy:all_shards``."""
-    from trio_maint._cluster.client import _ALL_MASTERS
+    tips as ``request_policy:all_shards`` or ``all_nodes`` (``_sansio/fanout.py``)."""
+    from trio_maint._sansio.fanout import FANOUT
 
-    for name in _ALL_MASTERS:
-        assert "request_policy:all_shards" in command_table.TIPS[name].split(), name
-        assert name in KEYLESS
+    assert {"DBSIZE", "FLUSHDB", "FLUSHALL", "KEYS", "SCRIPT|LOAD"} <= set(FANOUT)
+    for name in FANOUT:
+        request = command_table.TIPS[name].split()
+        assert {"request_policy:all_shards", "request_policy:all_nodes"} & set(request), name
+        assert name.partition("|")[0] in KEYLESS or "|" in name

@@ -138,6 +138,25 @@ async def test_script_errors_are_raised_once(own: trio_maint.Redis) -> None:
         assert delta(await command_stats(own), before) == {"evalsha": (2, 2), "eval": (1, 1)}
 
 
+async def test_a_scripts_own_noscript_error_is_not_a_cache_miss(own: trio_maint.Redis) -> None:
+    # Found by an adversarial review: a script that ran and then returned an error reply
+    # starting with NOSCRIPT was taken as the server's cache miss and run again as EVAL.
+    body = (
+        f"redis.call('INCR', KEYS[1]); return redis.error_reply('NOSCRIPT stop') -- {next(_serial)}"
+    )
+    script = own.register_script(body)
+    with trio.fail_after(TIMEOUT):
+        await own.script_load(body)  # cached: EVALSHA runs it
+        await own.delete("ran")
+        with pytest.raises(NoScriptError, match="NOSCRIPT stop"):
+            await script(keys=["ran"])
+        assert await own.get("ran") == b"1"
+        async with own.pipeline(transaction=False) as pipe:
+            await script(keys=["ran"], client=pipe)
+            assert len(await pipe.execute(raise_on_error=False)) == 1
+        assert await own.get("ran") == b"2"
+
+
 async def test_keys_args_and_other_clients(r: trio_maint.Redis, redis_url: str) -> None:
     script = r.register_script("return {#KEYS, #ARGV, ARGV[1], ARGV[2]}")
     with trio.fail_after(TIMEOUT):

@@ -270,3 +270,31 @@ async def test_the_consumer_with_decode_responses(server: RedisServer) -> None:
             assert c.pending_ids == [i.encode() for i in ids]
             assert await c.ack(*ids) == 3
             assert c.pending_ids == []
+
+
+@pytest.mark.trio
+async def test_a_read_cancelled_after_the_server_answered_is_read_again(
+    r: trio_maint.Redis,
+) -> None:
+    # Found by an adversarial review: the server delivered entries to the consumer (now
+    # pending) and the cancel landed before they reached it; the same open consumer went
+    # on reading only new entries, leaving those pending until it was entered again.
+    async with r.stream_consumer("s", "g", "c1", create=True, block=0.2) as c:
+        ids = await _produce(r, "s", 2)
+        real = c.client.execute_command
+
+        async def answered_then_cancelled(*args: Any, **kwargs: Any) -> Any:
+            reply = await real(*args, **kwargs)
+            if args[-1] == ">":
+                await trio.sleep_forever()  # the cancel lands after the server answered
+            return reply
+
+        c.client.execute_command = answered_then_cancelled  # type: ignore[method-assign]
+        with trio.move_on_after(1) as scope:
+            await c.read()
+        assert scope.cancelled_caught
+        del c.client.execute_command  # the class's method again
+        assert (await r.execute_command("XPENDING", "s", "g"))[0] == 2
+        got = await _consume(c, 2)
+        assert [e.id for e in got] == ids
+    assert (await r.execute_command("XPENDING", "s", "g"))[0] == 0

@@ -34,6 +34,7 @@ from .._sansio.scripts import (
     ScriptCall,
     Stack,
     encode_script,
+    is_noscript,
     noscript_indexes,
     script_arguments,
     script_sha,
@@ -135,8 +136,10 @@ class Script:
         executor = cast(_Executor, target)
         try:
             return await executor.execute_command("EVALSHA", call.sha, *arguments)
-        except NoScriptError:
-            pass  # it did not run: send the body (outside the handler: no chained error)
+        except NoScriptError as exc:
+            if not is_noscript(exc):
+                raise  # the script's own error: it ran
+        # It did not run: send the body (outside the handler: no chained error).
         return await executor.execute_command("EVAL", call.body, *arguments)
 
 

@@ -229,6 +229,11 @@ class StreamConsumer:
             blocking = self._pending_from is None
             try:
                 entries = await self._read_once()
+            except trio.Cancelled:
+                # The read may have been answered (entries delivered to this consumer,
+                # now pending) before the cancel landed: re-read pending entries first.
+                self._pending_from = "0"
+                raise
             except RedisError as exc:
                 failures += 1
                 if not _transient(exc) or failures > self.retries:

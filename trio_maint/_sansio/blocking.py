@@ -17,9 +17,11 @@ the cluster client. See docs/streams.md, "Blocking commands".
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any, Final, Literal, TypeAlias
 
+from .errors import DataError
 from .resp import CommandArg
 
 __all__ = [
@@ -64,13 +66,22 @@ def to_seconds(timeout: float, unit: TimeUnit = "s") -> float:
     """``timeout`` as the command counts it (``unit``: ``"s"`` or ``"ms"``) → seconds
     (``float``).
 
+    :raises DataError: ``timeout`` is a ``bool``, NaN, an infinity or not a number.
     :raises ValueError: an unknown ``unit``.
     """
-    if unit == "s":
-        return float(timeout)
-    if unit == "ms":
-        return float(timeout) / 1000.0
-    raise ValueError(f"unit: 's' or 'ms', not {unit!r}")
+    if unit not in ("s", "ms"):
+        raise ValueError(f"unit: 's' or 'ms', not {unit!r}")
+    try:
+        if isinstance(timeout, bool):
+            raise TypeError
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        raise DataError(
+            f"a blocking command's timeout must be a number, got {type(timeout).__name__}"
+        ) from None
+    if not math.isfinite(seconds):
+        raise DataError(f"a blocking command's timeout must be finite, got {timeout!r}")
+    return seconds if unit == "s" else seconds / 1000.0
 
 
 def reply_timeout(

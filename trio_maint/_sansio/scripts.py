@@ -22,7 +22,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, TypeAlias
 
-from .errors import NoScriptError, ResponseError
+from .errors import ResponseError
 from .replies import Callback
 from .resp import CommandArg
 
@@ -40,7 +40,9 @@ __all__ = [
 #: A pipeline's queued commands: ``(arguments, reply callback or None)`` each.
 Stack: TypeAlias = list[tuple[tuple[CommandArg, ...], Callback | None]]
 
-_NOSCRIPT: Final = "NOSCRIPT"
+#: How the server words a missing script (Redis 6.0 to 7.x); a script's own error that
+#: merely starts with ``NOSCRIPT`` is not taken as one.
+_NOSCRIPT_MESSAGE: Final = "NOSCRIPT No matching script"
 
 
 def encode_script(script: str | bytes) -> bytes:
@@ -89,11 +91,11 @@ def script_arguments(
 
 
 def is_noscript(reply: object) -> bool:
-    """``True`` when ``reply`` is a ``NOSCRIPT`` error reply (``EVALSHA`` named a script
-    the server does not have: nothing ran)."""
-    if isinstance(reply, NoScriptError):
-        return True
-    return isinstance(reply, ResponseError) and str(reply).startswith(_NOSCRIPT)
+    """``True`` when ``reply`` is the server's own ``NOSCRIPT No matching script`` error
+    (``EVALSHA`` named a script the server does not have: nothing ran). An error a script
+    raises itself (``redis.error_reply("NOSCRIPT ...")``) comes after the script ran, and
+    is not one: only the server's wording is taken as proof."""
+    return isinstance(reply, ResponseError) and str(reply).startswith(_NOSCRIPT_MESSAGE)
 
 
 class ScriptCall:

@@ -4,6 +4,7 @@ parameters and returns ``(args, callback)``; the generated methods call them."""
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -17,6 +18,7 @@ from .types import (
     ExpiryT,
     FieldT,
     KeyT,
+    duration,
     list_or_args,
     msecs,
     pairs,
@@ -75,7 +77,9 @@ def build_set(
     if nx and xx:
         raise DataError("set(): nx and xx are mutually exclusive")
     if ex is not None:
-        seconds = ex.total_seconds() if not isinstance(ex, int | float) else ex
+        seconds = (
+            ex.total_seconds() if isinstance(ex, datetime.timedelta) else duration(ex, "seconds")
+        )
         if float(seconds).is_integer():
             args += ["EX", int(seconds)]
         else:

@@ -4,9 +4,11 @@ argument helpers the generated methods share (sans-IO)."""
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
+from ..errors import DataError
 from ..resp import CommandArg
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "KeyT",
     "ScoreT",
     "Value",
+    "duration",
     "list_or_args",
     "msecs",
     "pairs",
@@ -63,18 +66,37 @@ def pairs(mapping: Mapping[Any, Any] | Iterable[tuple[Any, Any]]) -> list[Comman
     return out
 
 
+def duration(value: object, unit: str) -> int | float:
+    """``value`` checked as a time in ``unit`` (``"seconds"``, ...): an ``int`` or a finite
+    ``float`` (a ``bool`` is an ``int`` to Python, and NaN or an infinity has no integer
+    form: neither is a time).
+
+    :raises DataError: otherwise, naming the type or the value."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DataError(
+            f"a time in {unit} must be a number or a timedelta, got {type(value).__name__}"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise DataError(f"a time in {unit} must be finite, got {value!r}")
+    return value
+
+
 def secs(value: ExpiryT) -> int | float:
-    """Seconds from a number or a ``timedelta`` (whole seconds as ``int``)."""
+    """Seconds from a number or a ``timedelta`` (whole seconds as ``int``).
+
+    :raises DataError: a ``bool``, NaN, an infinity or another type."""
     if isinstance(value, datetime.timedelta):
         return int(value.total_seconds())
-    return value
+    return duration(value, "seconds")
 
 
 def msecs(value: ExpiryT) -> int | float:
-    """Milliseconds from a number or a ``timedelta``."""
+    """Milliseconds from a number or a ``timedelta``.
+
+    :raises DataError: a ``bool``, NaN, an infinity or another type."""
     if isinstance(value, datetime.timedelta):
         return int(value.total_seconds() * 1000)
-    return value
+    return duration(value, "milliseconds")
 
 
 def unix_secs(value: AbsExpiryT) -> int:
