@@ -37,11 +37,12 @@ async def test_a_command_left_unawaited_while_watching_is_refused(r: trio_maint.
             pipe.get("test:watch:c")
 
 
-async def test_awaiting_a_pipeline_with_nothing_to_run_is_a_type_error(
-    r: trio_maint.Redis,
-) -> None:
-    async with r.pipeline() as pipe:
-        pipe.get("test:watch:d")  # queued: not watching
-        with pytest.raises(TypeError, match="execute"):
-            await pipe
-        assert len(pipe) == 1
+async def test_awaiting_a_queued_command_gives_the_pipeline(r: trio_maint.Redis) -> None:
+    # As redis-py's asyncio pipeline: `await pipe.set(k, v)` queues and returns the pipe.
+    async with r.pipeline(transaction=False) as pipe:
+        same = await pipe.set("test:watch:d", "1")
+        assert same is pipe
+        await pipe.get("test:watch:d")
+        assert len(pipe) == 2
+        assert await pipe.execute() == [True, b"1"]
+    await r.delete("test:watch:d")

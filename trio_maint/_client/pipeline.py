@@ -134,8 +134,10 @@ class Pipeline(PipelineScripting, PipelineCommands):
         the command runs at once on the watching connection and this is its reply, as
         redis-py's immediate mode.
 
-        :raises TypeError: no command is waiting to run (the pipeline is not watching,
-            or :meth:`multi` was called: commands are queued, see :meth:`execute`).
+        Otherwise (commands are queued: not watching, or after :meth:`multi`) awaiting
+        gives the pipeline itself, as redis-py's asyncio pipeline, and the command stays
+        queued for :meth:`execute`.
+
         :raises ResponseError: the server answered with an error.
         """
         return self._run_immediate().__await__()
@@ -143,10 +145,10 @@ class Pipeline(PipelineScripting, PipelineCommands):
     async def _run_immediate(self) -> Any:
         pending, self._immediate = self._immediate, None
         if pending is None:
-            raise TypeError(
-                "a Pipeline is awaited only for a command run at once after watch() and "
-                "before multi(); queued commands run with `await pipe.execute()`"
-            )
+            # A queued command awaited (`await pipe.set(k, v)`, as redis-py's asyncio
+            # pipeline allows): it stays queued, and this is the pipeline.
+            await trio.lowlevel.checkpoint()
+            return self
         args, callback = pending
         reply = await self.immediate_execute_command(*args)
         return reply if callback is None else apply_callback(callback, reply, args)

@@ -492,22 +492,38 @@ class PubSub:
                     extra={"event": "pubsub_command_failed", "command": ack.command},
                 )
 
-    def _next_buffered(self) -> Message | None:
+    def _next_buffered(self, ignore: bool | None = None) -> Message | None:
+        skip = self.ignore_subscribe_messages if ignore is None else ignore
         while self._buffer:
             message = self._buffer.popleft()
-            if not (self.ignore_subscribe_messages and message.type in CONFIRMATIONS):
+            if not (skip and message.type in CONFIRMATIONS):
                 return message
         return None
 
-    async def get_message(self, timeout: float | None = None) -> Message | None:
+    async def get_message(
+        self, ignore_subscribe_messages: bool | None = None, timeout: float | None = None
+    ) -> Message | None:
         """Wait for the next message (messages a subscribe call read come first).
 
-        :param timeout: seconds (``float``) to wait; ``None`` waits forever.
+        :param ignore_subscribe_messages: skip subscribe/unsubscribe confirmations for this
+            call (``bool``; default: as the PubSub was made), as redis-py's keyword.
+        :param timeout: seconds (``float``) to wait; ``None`` (the default) waits forever,
+            ``0`` polls. redis-py's default is ``0.0`` (poll): a redis-py loop that relies
+            on it should pass ``timeout=0``; in a Trio task, waiting is the usual choice.
+        :raises TypeError: ``ignore_subscribe_messages`` is not a ``bool`` (a timeout passed
+            by position: pass ``timeout=``).
         :returns: a :class:`Message`, or ``None`` when ``timeout`` passed first.
         :raises ConnectionClosedError: the PubSub was closed.
         :raises ConnectionError: the subscriber connection was lost (the next call
             reconnects and subscribes again).
         """
+        if ignore_subscribe_messages is not None and not isinstance(
+            ignore_subscribe_messages, bool
+        ):
+            raise TypeError(
+                "get_message()'s first argument is ignore_subscribe_messages (a bool), as "
+                f"redis-py's; got {type(ignore_subscribe_messages).__name__}: pass timeout="
+            )
         deadline = float("inf") if timeout is None else trio.current_time() + timeout
         while True:
             if self._closed:
@@ -515,7 +531,7 @@ class PubSub:
                 raise ConnectionClosedError("this PubSub is closed")
             if self._buffer:
                 await trio.lowlevel.checkpoint()
-                message = self._next_buffered()
+                message = self._next_buffered(ignore_subscribe_messages)
                 if message is not None:
                     return message
                 continue
@@ -543,7 +559,7 @@ class PubSub:
                     continue  # a maintenance handoff replaced it: read the new one
                 raise
             else:
-                message = self._next_buffered()
+                message = self._next_buffered(ignore_subscribe_messages)
                 if message is not None:
                     return message
 

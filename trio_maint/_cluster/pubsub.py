@@ -23,7 +23,7 @@ from .._sansio.errors import (
     TryAgainError,
 )
 from .._sansio.loglimit import log_limited
-from .._sansio.pubsub import slot_groups
+from .._sansio.pubsub import CONFIRMATIONS, slot_groups
 from .._sansio.slots import NodeInfo, key_slot
 from .redirects import backoff
 
@@ -291,17 +291,27 @@ class ClusterPubSub:
                     await trio.sleep(backoff(attempt))
             logger.error("shard channels %r could not be subscribed again; giving up", channels)
 
-    async def get_message(self, timeout: float | None = None) -> Message | None:
+    async def get_message(
+        self, ignore_subscribe_messages: bool = False, timeout: float | None = None
+    ) -> Message | None:
         """The next message from any node, or ``None`` after ``timeout`` seconds
-        (``None``: wait forever).
+        (``None``: wait forever), as :meth:`PubSub.get_message
+        <trio_maint.PubSub.get_message>` (``ignore_subscribe_messages`` skips
+        confirmations for this call).
 
         :raises ConnectionClosedError: the ClusterPubSub is closed.
+        :raises TypeError: ``ignore_subscribe_messages`` is not a ``bool``.
         """
+        if not isinstance(ignore_subscribe_messages, bool):
+            raise TypeError("get_message()'s first argument is a bool: pass timeout=")
         with trio.move_on_after(float("inf") if timeout is None else timeout):
-            try:
-                return await self._receive.receive()
-            except (trio.EndOfChannel, trio.ClosedResourceError):
-                raise ConnectionClosedError("this ClusterPubSub is closed") from None
+            while True:
+                try:
+                    message = await self._receive.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    raise ConnectionClosedError("this ClusterPubSub is closed") from None
+                if not (ignore_subscribe_messages and message.type in CONFIRMATIONS):
+                    return message
         return None
 
     def __aiter__(self) -> Self:
