@@ -43,6 +43,7 @@ from ._maint.events import (
 )
 from ._maint.handler import MaintenanceHandler
 from ._maint.hooks import Histogram, LoggingHook, MetricsHook, NotificationHook
+from ._sansio.cmds.types import EncodableT, KeyT, Value
 from ._sansio.config import MaintConfig, MaintMode
 from ._sansio.endpoint import Endpoint, EndpointType
 from ._sansio.errors import (
@@ -93,7 +94,7 @@ from ._sansio.options import ClientOptions, parse_url
 from ._sansio.redact import redact_text, redact_url
 from ._sansio.replies import parse_info
 from ._sansio.slots import NodeInfo, SlotMap, key_slot
-from ._sansio.streams import StreamEntry, XAutoClaimReply
+from ._sansio.streams import StreamEntry, StreamId, XAutoClaimReply, XReadReply
 
 __version__ = "0.1.0"
 
@@ -112,6 +113,7 @@ __all__ = [
     "ConnectionError",
     "CrossSlotError",
     "DataError",
+    "EncodableT",
     "Endpoint",
     "EndpointType",
     "EventStream",
@@ -128,6 +130,7 @@ __all__ = [
     "HandoffSucceeded",
     "Histogram",
     "InvalidClientNameError",
+    "KeyT",
     "LoadingError",
     "LoggingHook",
     "MaintConfig",
@@ -168,11 +171,14 @@ __all__ = [
     "SlotMap",
     "StreamConsumer",
     "StreamEntry",
+    "StreamId",
     "TimeoutError",
     "TryAgainError",
+    "Value",
     "WatchError",
     "WrongTypeError",
     "XAutoClaimReply",
+    "XReadReply",
     "__version__",
     "key_slot",
     "open_redis",
