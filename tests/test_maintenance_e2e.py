@@ -535,7 +535,7 @@ async def test_real_migration_under_load_loses_nothing(endpoint_type: str) -> No
                 conns = r.pool.connections
                 assert conns
                 if endpoint_type == "none":
-                    via_b = {i.peer[1] for i in a.connections if i.backend == b.address}
+                    via_b = {i.peer[1] for i in a.connections if i.backend == b.home_address}
                     assert all(local_port(c) in via_b for c in conns)
                 else:
                     assert all(c.port == b.port for c in conns)

@@ -479,9 +479,14 @@ async def test_chained_simulator_backend(
             await w.hello3("internal-ip")  # answered by the target simulator
             with trio.fail_after(2):
                 await target.wait_for_connections(1, maint_enabled=True)
-            assert not sim.connections[0].maint_enabled
+            # both ends know: the first simulator forwarded the opt-in (the target answered
+            # it) and can still notify the connection, as the old endpoint does in a window
+            assert sim.connections[0].maint_enabled
+            assert sim.connections[0].endpoint_type == "internal-ip"
             await target.inject_migrating(seq_id=1)
             assert (await w.frames(1))[0][0] == b"MIGRATING"
+            await sim.inject_migrated(seq_id=2)
+            assert (await w.frames(1))[0][:2] == [b"MIGRATED", 2]
             await w.aclose()
 
 

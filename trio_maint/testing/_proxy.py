@@ -44,6 +44,10 @@ _SYNTAX: Final = b"-ERR syntax error\r\n"
 _SUBSCRIBE: Final = frozenset({b"subscribe", b"psubscribe", b"ssubscribe"})
 _UNSUBSCRIBE: Final = {b"unsubscribe": b"subscribe", b"punsubscribe": b"psubscribe"}
 _UNSUBSCRIBE[b"sunsubscribe"] = b"ssubscribe"
+_TRANSACTION: Final = frozenset({b"multi", b"exec", b"discard", b"watch", b"unwatch"})
+#: Commands whose effect on the connection is replayed when the simulator re-points it to a
+#: new upstream (:meth:`ProxyConnection._follow_upstream`), keyed by (name, subcommand).
+_STATE: Final = frozenset({b"hello", b"auth", b"select", b"client setname", b"client no-evict"})
 
 
 @attrs.frozen
@@ -91,6 +95,12 @@ class ProxyConnection:
         self.backend: trio.SocketStream | None = None
         self.backend_address: Address = ("", 0)
         self.passthrough = False
+        self.epoch = sim._epoch  # the simulator's upstream generation this backend belongs to
+        self.pumps: trio.Nursery | None = None
+        self.in_multi = False
+        self.watching = False
+        self.state: dict[bytes, bytes] = {}  # state commands to replay, by name (verbatim)
+        self.drained: trio.Event | None = None  # set by the s2c pump once replies >= expected
         self.scope = trio.CancelScope()
         self.abort = False
         self.closed = False
@@ -144,8 +154,9 @@ class ProxyConnection:
             except OSError:
                 return
             async with trio.open_nursery() as nursery:
+                self.pumps = nursery
                 nursery.start_soon(self._pump_client_to_server)
-                nursery.start_soon(self._pump_server_to_client)
+                nursery.start_soon(self._pump_server_to_client, self.backend)
 
     def release(self) -> None:
         """After :meth:`forward`: drop what was pending and close both sockets (a reset
@@ -163,11 +174,10 @@ class ProxyConnection:
         if self.backend is not None:
             self.backend.socket.close()
 
-    async def _pump_server_to_client(self) -> None:
-        assert self.backend is not None
+    async def _pump_server_to_client(self, backend: trio.SocketStream) -> None:
         try:
             while True:
-                data = await self.backend.receive_some(_CHUNK)
+                data = await backend.receive_some(_CHUNK)
                 if not data:
                     break
                 await self.sim._gate()
@@ -175,9 +185,12 @@ class ProxyConnection:
                     await trio.sleep(self.sim._latency)
                 async with self.write_lock:
                     await self._deliver_server_bytes(data)
+                if self.drained is not None and self.replies >= self.expected:
+                    self.drained.set()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, RespScanError):
             pass
-        self.scope.cancel()
+        if backend is self.backend:  # not replaced by _follow_upstream
+            self.scope.cancel()
 
     async def _deliver_server_bytes(self, data: bytes) -> None:
         out: list[bytes] = []
@@ -241,9 +254,8 @@ class ProxyConnection:
                     return
                 self.bytes_from_client += len(data)
                 await self.sim._gate()
-                if self.passthrough:
-                    await self.backend.send_all(data)
-                    continue
+                if self.epoch != self.sim._epoch:
+                    await self._follow_upstream()
                 forward = self._scan_client_bytes(data)
                 if forward:
                     await self.backend.send_all(forward)
@@ -284,7 +296,13 @@ class ProxyConnection:
             reply = self._intercept(args) if args else None
             if reply is None:
                 forward.append(frame)
-                self._count_replies(args)
+                self._count_replies(args, frame)
+                if self.passthrough and args and self._is_maint_on(args):
+                    # Chained: the next simulator answers; a maintenance window open here
+                    # reaches the connection right behind that answer.
+                    self.synthetic.extend(
+                        (self.expected, factory(self)) for factory in self.sim._remembered.values()
+                    )
             else:
                 self.synthetic.extend((self.expected, part) for part in reply)
         tail = data[start:]
@@ -299,8 +317,9 @@ class ProxyConnection:
                     self.c2s_streaming = True
         return b"".join(forward)
 
-    def _count_replies(self, args: list[bytes] | None) -> None:
-        """Account for the regular replies the backend owes for a forwarded command."""
+    def _count_replies(self, args: list[bytes] | None, frame: bytes = b"") -> None:
+        """Account for the regular replies the backend owes for a forwarded command (and
+        track what re-pointing the connection must know: transactions, state commands)."""
         if args is None:
             self.expected += 1
             return
@@ -309,6 +328,12 @@ class ProxyConnection:
         name = args[0].lower()
         sub = args[1].lower() if len(args) > 1 else b""
         owed = 1
+        if name in _TRANSACTION:
+            self._track_transaction(name)
+        key = name + b" " + sub if name == b"client" else name
+        if key in _STATE:
+            self.state.pop(key, None)
+            self.state[key] = frame
         if name == b"hello" and len(args) > 1:
             self.resp3 = args[1].strip() == b"3"
         elif name in _SUBSCRIBE:
@@ -345,12 +370,86 @@ class ProxyConnection:
             owed = 0
         self.expected += owed
 
+    def _track_transaction(self, name: bytes) -> None:
+        if name == b"multi":
+            self.in_multi = True
+        elif name == b"watch":
+            self.watching = True
+        elif name in (b"exec", b"discard"):
+            self.in_multi = self.watching = False
+        elif name == b"unwatch" and not self.in_multi:
+            self.watching = False
+
+    def _is_maint_on(self, args: list[bytes]) -> bool:
+        """Track ``CLIENT MAINT_NOTIFICATIONS ON|OFF`` forwarded to a chained simulator;
+        true for a well-formed ``ON``."""
+        if len(args) < 3 or args[0].lower() != b"client":
+            return False
+        if args[1].lower() != b"maint_notifications":
+            return False
+        sub = args[2].lower()
+        if sub == b"off":
+            self.maint_enabled = False
+            self.endpoint_type = None
+            self.sim._notify()
+            return False
+        if sub != b"on" or len(args) not in (3, 5):
+            return False
+        endpoint_type = args[4].decode("utf-8", "replace").lower() if len(args) == 5 else None
+        if endpoint_type is not None and endpoint_type not in ENDPOINT_TYPES:
+            return False
+        self.maint_enabled = True
+        self.endpoint_type = endpoint_type
+        self.sim._notify()
+        return True
+
+    async def _follow_upstream(self) -> None:
+        """The simulator's upstream moved (:func:`~trio_maint.testing.migrate`): at this
+        command boundary, once the old backend has sent every reply it owes and no
+        transaction or subscription is open, dial the new upstream, replay the connection's
+        state commands (HELLO, AUTH, SELECT, CLIENT SETNAME), and forward from now on to
+        it. Held meanwhile, as the server would hold commands queued behind earlier ones.
+        A connection that cannot move yet keeps its backend and is retried on its next
+        bytes."""
+        if self.c2s_streaming or self.in_multi or self.watching:
+            return
+        if any(self.subscriptions.values()):
+            return
+        while self.replies < self.expected:
+            self.drained = trio.Event()
+            await self.drained.wait()
+        self.drained = None
+        await self.sim._switch_done()
+        epoch, address = self.sim._epoch, self.sim._backend
+        new = await trio.open_tcp_stream(*address)
+        try:
+            owed = len(self.state)
+            if owed:
+                await new.send_all(b"".join(self.state.values()))
+            scanner = RespScanner()
+            while owed > 0:
+                data = await new.receive_some(_CHUNK)
+                if not data:
+                    raise trio.BrokenResourceError("the new upstream closed the connection")
+                owed -= sum(1 for _, kind in scanner.feed(data) if kind != PUSH)
+        except BaseException:
+            new.socket.close()
+            raise
+        old, self.backend = self.backend, new
+        self.backend_address = address
+        self.epoch = epoch
+        self.passthrough = False
+        assert self.pumps is not None
+        self.pumps.start_soon(self._pump_server_to_client, new)
+        if old is not None:
+            await old.aclose()
+
     def _intercept(self, args: list[bytes]) -> list[bytes] | None:
         """The proxy's own answer to a client command, or ``None`` to forward it."""
         name = args[0].lower()
         if self.sim.resp2_only and name == b"hello" and len(args) > 1 and args[1].strip() == b"3":
             return [_NOPROTO]
-        if not self.sim.maint_notifications or self.sim.resp2_only:
+        if not self.sim.maint_notifications or self.sim.resp2_only or self.passthrough:
             return None
         if name != b"client" or len(args) < 2 or args[1].lower() != b"maint_notifications":
             return None

@@ -9,7 +9,7 @@ old endpoint closing about ``time`` + 2 s later; clients that asked for endpoint
 divides every delay (and the ``time`` announced in frames, rounded to whole seconds, at
 least 1) for fast runs.
 
-:func:`migrate` moves the data for real between two redis-servers.
+:func:`migrate` (in ``_migrate``) moves the data for real between two redis-servers.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from typing import Any
 import attrs
 import trio
 
-from .._sansio.replies import parse_info
-from ._raw import RawConnection, connect_raw
+from ._migrate import MigrationResult, migrate
 from ._server import RedisServer
-from ._simulator import Address, MaintenanceSimulator, Target, _resolve
+from ._simulator import Address, MaintenanceSimulator, Target
 
 __all__ = [
     "MigrationResult",
@@ -336,143 +335,11 @@ def slot_migration_scenario(
     return scenario
 
 
-# ------------------------------------------------------------------ a real migration
-
-
-@attrs.frozen
-class MigrationResult:
-    """What :func:`migrate` did.
-
-    :ivar seq_id: the MOVING sequence id.
-    :ivar moved: ids of the source's connections told to move (and closed at the end).
-    :ivar paused_for: seconds writes were paused on the source (``float``).
-    :ivar offset: the replication offset at the switch (``int``).
-    """
-
-    seq_id: int
-    moved: list[int]
-    paused_for: float
-    offset: int
-
-
-async def _replication(conn: RawConnection) -> dict[str, Any]:
-    reply = await conn.execute("INFO", "replication")
-    if isinstance(reply, Exception):
-        raise RuntimeError(f"INFO replication failed: {reply}")
-    return parse_info(reply)
-
-
-async def _ok(conn: RawConnection, *args: str | int) -> None:
-    reply = await conn.execute(*args)
-    if reply != b"OK":
-        raise RuntimeError(f"{' '.join(map(str, args))} failed: {reply!r}")
-
-
-async def _wait_caught_up(replica: RawConnection, offset: int) -> None:
-    while True:
-        info = await _replication(replica)
-        if info.get("master_link_status") == "up" and int(info.get("slave_repl_offset", -1)) >= (
-            offset
-        ):
-            return
-        await trio.sleep(0.02)
-
-
-async def _switch_over(
-    a: RawConnection,
-    b: RawConnection,
-    src_addr: Address,
-    dst_addr: Address,
-    sync_timeout: float,
-    pause_timeout: float,
-) -> tuple[float, int]:
-    """Steps 1-3 of :func:`migrate`; returns (seconds paused, final offset)."""
-    # redis-server waits 5 s by default before a diskless full sync, for more replicas to
-    # join; there is only one here. (Best effort: a server may refuse CONFIG.)
-    await a.execute("CONFIG", "SET", "repl-diskless-sync-delay", "0")
-    with trio.fail_after(sync_timeout):
-        await _ok(b, "REPLICAOF", src_addr[0], src_addr[1])
-        offset = int((await _replication(a)).get("master_repl_offset", 0))
-        await _wait_caught_up(b, offset)
-    paused_at = trio.current_time()
-    await _ok(a, "CLIENT", "PAUSE", int(pause_timeout * 1000), "WRITE")
-    try:
-        with trio.fail_after(sync_timeout):
-            offset = int((await _replication(a)).get("master_repl_offset", 0))
-            await _wait_caught_up(b, offset)
-        await _ok(b, "REPLICAOF", "NO", "ONE")
-        await _ok(a, "REPLICAOF", dst_addr[0], dst_addr[1])
-    finally:
-        with trio.CancelScope(shield=True):
-            await a.execute("CLIENT", "UNPAUSE")
-    return trio.current_time() - paused_at, offset
-
-
-def _data_address(target: MaintenanceSimulator | RedisServer | Address) -> Address:
-    if isinstance(target, MaintenanceSimulator):
-        return target.backend_address
-    return _resolve(target)[0]
-
-
-async def migrate(
-    source: MaintenanceSimulator,
-    target: MaintenanceSimulator | RedisServer | Address,
-    *,
-    time: int = 15,
-    close_after: float | None = None,
-    seq_id: int | None = None,
-    sync_timeout: float = 10.0,
-    pause_timeout: float = 10.0,
-) -> MigrationResult:
-    """Move the data behind ``source`` to ``target``'s server for real, then move clients.
-
-    1. ``target``'s server becomes a replica of ``source``'s (``REPLICAOF``; the source's
-       ``repl-diskless-sync-delay`` is set to 0 so the sync starts at once) and catches up
-       (``INFO replication``: link up, offset reached);
-    2. writes on the source are paused (``CLIENT PAUSE ... WRITE``; blocked writes wait);
-    3. once the replica has the source's final offset it is promoted (``REPLICAOF NO ONE``)
-       and the source becomes a replica of it, so late writes on the old endpoint fail with
-       ``-READONLY`` instead of being lost; writes are unpaused;
-    4. new connections to ``source`` go to ``target``, and MOVING (``time`` seconds,
-       endpoint per client type) is sent to the source's connections (and to those enabling
-       notifications later);
-    5. after ``close_after`` seconds (default ``time``) the connections open at step 4 are
-       closed. Returns when done; run it in a task to keep traffic going meanwhile.
-
-    No write acknowledged by either server is lost: everything acknowledged by the source
-    before the pause is on the replica before it is promoted.
-
-    :param source: the simulator whose backend holds the data now.
-    :param target: a simulator in front of the (empty or stale) destination server, or the
-        destination server itself.
-    :param time: MOVING's ``time`` (whole seconds).
-    :param sync_timeout: seconds to wait for the replica to catch up.
-    :param pause_timeout: the pause's safety bound in seconds (it is lifted much earlier).
-    :raises TimeoutError: the replica did not catch up in ``sync_timeout`` seconds.
-    :raises RuntimeError: a server refused a command.
-    """
-    src_addr = source.backend_address
-    dst_addr = _data_address(target)
-    try:
-        async with await connect_raw(src_addr) as a, await connect_raw(dst_addr) as b:
-            paused_for, offset = await _switch_over(
-                a, b, src_addr, dst_addr, sync_timeout, pause_timeout
-            )
-    except trio.TooSlowError:
-        raise TimeoutError(f"the replica did not catch up within {sync_timeout} s") from None
-    source.set_backend(target)
-    moved = [c.id for c in source.connections]
-    seq = await source.inject_moving(seq_id=seq_id, time=time, target=target, remember=True)
-    await trio.sleep(time if close_after is None else close_after)
-    source.forget("MOVING")
-    source.close_connections(connections=moved)
-    return MigrationResult(seq_id=seq, moved=moved, paused_for=paused_for, offset=offset)
-
-
 def migrate_scenario(
     target: MaintenanceSimulator | RedisServer | Address,
     *,
     time: int = 15,
+    grace: float = 2.0,
     close_after: float | None = None,
     seq_id: int | None = None,
 ) -> Scenario:
@@ -480,6 +347,8 @@ def migrate_scenario(
     against to ``target``; the step's result is the :class:`MigrationResult`."""
 
     async def run(sim: MaintenanceSimulator) -> MigrationResult:
-        return await migrate(sim, target, time=time, close_after=close_after, seq_id=seq_id)
+        return await migrate(
+            sim, target, time=time, grace=grace, close_after=close_after, seq_id=seq_id
+        )
 
     return Scenario("migrate").at(0.0, run, "migrate")

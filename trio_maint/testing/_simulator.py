@@ -9,15 +9,10 @@ connection's requested ``moving-endpoint-type``. Wire formats and timings:
 docs/maintenance.md and docs/testing.md.
 
 Structure: everything the simulator runs lives in one ``async with`` block,
-:meth:`MaintenanceSimulator.running`: the private redis-server when it owns one
-(``async with RedisServer()``), then the nursery of the accept loop and of the forwarding
-tasks (``async with open_nursery(...)``). Trio tasks need a nursery opened by an
-``async with`` that encloses the code running meanwhile; for ``async with
-MaintenanceSimulator(...) as sim:`` that code is the caller's block, so ``__aenter__`` and
-``__aexit__`` do nothing but enter and exit :meth:`~MaintenanceSimulator.running` (the
-adapter that ``contextlib`` itself is), and no ``__aenter__`` of a nursery or server is
-called by hand. When the caller's block raises, its exception comes out unwrapped (not in
-the nursery's exception group), as if there were no nursery.
+:meth:`MaintenanceSimulator.running` (the private redis-server, then the nursery of the
+accept loop and of the forwarding tasks); ``__aenter__`` and ``__aexit__`` only enter and
+exit it, so no ``__aenter__`` of a nursery or server is called by hand. An exception of
+the caller's block comes out unwrapped (not in the nursery's exception group).
 """
 
 from __future__ import annotations
@@ -25,7 +20,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Literal, Self, TypeAlias
+from typing import Final, Literal, Self, TypeAlias
 
 import trio
 
@@ -77,6 +72,11 @@ def _resolve(target: Target) -> tuple[Address, bool]:
 
 _FrameFactory: TypeAlias = Callable[[ProxyConnection], bytes]
 
+# The next id of the simulators sharing one counter (``seq_start=None``), per Trio run:
+# each pytest-trio test (its own ``trio.run``) numbers from 1001 again.
+_SHARED_SEQ: trio.lowlevel.RunVar[int] = trio.lowlevel.RunVar("trio_maint_shared_seq")
+_SHARED_SEQ_START: Final = 1001
+
 
 class MaintenanceSimulator:
     """A RESP proxy on a loopback port that simulates managed Redis's maintenance behaviour.
@@ -104,7 +104,10 @@ class MaintenanceSimulator:
         ``-NOPROTO sorry, this protocol version is not supported``.
     :param fqdn: the host name written in MOVING for clients that asked for an ``*-fqdn``
         endpoint type (it must resolve to the target's address for clients to follow it).
-    :param seq_start: the first sequence id handed out when an ``inject_*`` call gets none.
+    :param seq_start: ``None``: sequence ids (when an ``inject_*`` call gets none) come
+        from a counter shared by the simulators of the Trio run (from 1001), so a chain of
+        moves never repeats one; an ``int``: this simulator's own counter from that value,
+        as separate nodes may number them (test a client against both).
     :param server_args: extra ``redis-server`` arguments when ``backend`` is ``None``.
     """
 
@@ -117,7 +120,7 @@ class MaintenanceSimulator:
         maint_notifications: bool = True,
         resp2_only: bool = False,
         fqdn: str = "localhost",
-        seq_start: int = 1001,
+        seq_start: int | None = None,
         server_args: Sequence[str] = (),
     ) -> None:
         self.host = host
@@ -126,6 +129,9 @@ class MaintenanceSimulator:
         self.fqdn = fqdn
         self._port = port
         self._next_seq = seq_start
+        self._home: Address | None = None
+        self._epoch = 0  # upstream generation; bumped when migrate re-points connections
+        self._switching: trio.Event | None = None
         self._server_args = tuple(server_args)
         self._backend_spec = backend
         self._own_server: RedisServer | None = None
@@ -182,6 +188,7 @@ class MaintenanceSimulator:
         if self._nursery is not None:
             raise RuntimeError("this MaintenanceSimulator is already running")
         async with self._backend_server():
+            self._home = self._backend
             try:
                 async with open_nursery_unwrapped() as nursery:
                     self._nursery = nursery
@@ -279,10 +286,20 @@ class MaintenanceSimulator:
         return self._accepted
 
     def next_seq_id(self) -> int:
-        """Hand out the next sequence id (counting up from ``seq_start``)."""
+        """Hand out the next sequence id (shared counter, or its own: ``seq_start``)."""
+        if self._next_seq is None:
+            seq = _SHARED_SEQ.get(_SHARED_SEQ_START)
+            _SHARED_SEQ.set(seq + 1)
+            return seq
         seq = self._next_seq
         self._next_seq += 1
         return seq
+
+    @property
+    def home_address(self) -> Address:
+        """``(host, port)`` of the server it was started in front of (whatever happened
+        since): where :func:`migrate` moves the data when this simulator is its target."""
+        return self._home if self._home is not None else self._backend
 
     async def wait_until(self, predicate: Callable[[MaintenanceSimulator], bool]) -> None:
         """Wait until ``predicate(sim)`` is true; re-checked whenever a connection opens,
@@ -315,17 +332,24 @@ class MaintenanceSimulator:
         except OSError:
             peer = ("", 0)
         conn = ProxyConnection(self, cid, client, peer)
-        conn.backend_address = self._backend
-        conn.passthrough = self._backend_is_sim
         self._conns[cid] = conn
         self._notify()
         try:
+            await self._switch_done()  # not before the new primary is promoted
+            conn.backend_address = self._backend
+            conn.passthrough = self._backend_is_sim
+            conn.epoch = self._epoch
             await conn.forward()
         finally:
             conn.closed = True
             del self._conns[cid]
             conn.release()
             self._notify()
+
+    async def _switch_done(self) -> None:
+        """Wait while :func:`migrate` is switching the upstream."""
+        while self._switching is not None:
+            await self._switching.wait()
 
     async def _gate(self) -> None:
         """Wait while forwarding is stalled (:meth:`stall`)."""
@@ -541,7 +565,8 @@ class MaintenanceSimulator:
     def set_backend(self, backend: Target) -> None:
         """Forward *new* client connections to ``backend`` (open ones keep theirs), as the
         endpoint does once managed Redis moved it. A simulator as backend is chained to
-        transparently (its own ``CLIENT MAINT_NOTIFICATIONS`` handling applies).
+        transparently (it answers ``CLIENT MAINT_NOTIFICATIONS``; this one sees the opt-in
+        too, so its injections and remembered window still reach the connection).
 
         :raises ValueError: a bad ``"host:port"`` string.
         """
