@@ -56,7 +56,8 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python=None, default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks (benchmarks/README.md): trio_maint against redis-py asyncio (hiredis) and
-    redis-benchmark, parser, maintenance overhead, handoff storm, memory, cluster. Not a default
+    redis-benchmark, parser, maintenance overhead, handoff storm, memory, cluster, the
+    simulator's pass-through against direct redis-benchmark. Not a default
     session; ``nox -s bench -- --smoke`` for a quick run. redis-py is installed here only."""
     _require_redis_server(session)
     session.install("-e", ".", "redis[hiredis]>=5.0", "pyinstrument")

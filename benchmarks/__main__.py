@@ -24,6 +24,7 @@ BENCHMARKS = {
     "handoff_storm": "benchmarks.bench_handoff",
     "memory": "benchmarks.bench_memory",
     "cluster": "benchmarks.bench_cluster",
+    "simulator": "benchmarks.bench_simulator",
 }
 
 

@@ -47,10 +47,12 @@ async def _serve(backend: str) -> None:
 class SimProcess:
     """The client side: ``with SimProcess("127.0.0.1:6380") as sim: sim.port ...``.
 
-    Blocking calls (the benchmarks call them between timed windows, or from a thread)."""
+    Blocking calls (the benchmarks call them between timed windows, or from a thread).
+    ``cpu``: run the child on these CPUs only (``taskset -c``, e.g. ``"1"``)."""
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, *, cpu: str | None = None) -> None:
         self.backend = backend
+        self.cpu = cpu
         self.port = 0
         self.proc: subprocess.Popen[str] | None = None
 
@@ -63,8 +65,11 @@ class SimProcess:
         return f"127.0.0.1:{self.port}"
 
     def __enter__(self) -> Self:
+        argv = [sys.executable, "-m", "benchmarks._simproc", "--backend", self.backend]
+        if self.cpu is not None:
+            argv = ["taskset", "-c", self.cpu, *argv]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks._simproc", "--backend", self.backend],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -29,6 +29,7 @@ BENCHMARKS = {
     "handoff_storm": "benchmarks.bench_handoff",
     "memory": "benchmarks.bench_memory",
     "cluster": "benchmarks.bench_cluster",
+    "simulator": "benchmarks.bench_simulator",
 }
 HAVE_REDIS_PY = importlib.util.find_spec("redis") is not None
 
@@ -130,6 +131,15 @@ def check_document(name: str, doc: dict[str, Any]) -> None:
                 assert entry["ratios"]["trio_maint/redis-py"] is None
         if not HAVE_REDIS_PY:
             assert "redis-py" in doc["skipped"]
+    elif name == "simulator":
+        if "skipped" in doc:  # no redis-benchmark on PATH
+            return
+        assert set(doc["layouts"]) == {"shared"}  # --smoke measures one layout
+        results = doc["layouts"]["shared"]["results"]
+        assert set(results) == {"P1", "P16"}
+        for entry in results.values():
+            for side in ("direct", "simulator", "ratio"):
+                check_summary(entry[side])
     elif name == "memory":
         for variant in ("disabled", "enabled"):
             check_summary(doc["results"][variant]["per_1000_mib"])

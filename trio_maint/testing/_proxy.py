@@ -4,13 +4,15 @@ proxy's own answers between whole frames (:class:`ProxyConnection`), and its sna
 (:class:`ConnectionInfo`).
 
 The server's bytes are forwarded untouched; a :class:`~trio_maint.testing.RespScanner`
-per direction finds where frames end. Client commands up to 64 KiB are parsed, so
+per direction finds where frames end. While nothing special goes on, both directions are
+handled by the simulator's fast path (``_fastpath.py``). Client commands up to 64 KiB are parsed, so
 ``CLIENT MAINT_NOTIFICATIONS`` can be answered by the proxy (in order with the replies owed
 for earlier pipelined commands) and the replies the backend owes can be counted.
 """
 
 from __future__ import annotations
 
+import operator
 import socket
 import struct
 from collections import deque
@@ -20,9 +22,11 @@ import attrs
 import hiredis
 import trio
 
+from ._fastpath import C2S, S2C, Dispatcher, dispatcher_for, fast_wait, stop_wait
 from ._scanner import PUSH, RespScanError, RespScanner
 
 if TYPE_CHECKING:
+    from ._fastpath import _Park
     from ._simulator import MaintenanceSimulator
 
 __all__ = ["ENDPOINT_TYPES", "Address", "ConnectionInfo", "ProxyConnection"]
@@ -48,6 +52,13 @@ _TRANSACTION: Final = frozenset({b"multi", b"exec", b"discard", b"watch", b"unwa
 #: Commands whose effect on the connection is replayed when the simulator re-points it to a
 #: new upstream (:meth:`ProxyConnection._follow_upstream`), keyed by (name, subcommand).
 _STATE: Final = frozenset({b"hello", b"auth", b"select", b"client setname", b"client no-evict"})
+#: Commands the requests' fast path leaves to the general scan (interception, reply
+#: counting, state tracking).
+_SPECIAL: Final = frozenset(
+    {b"hello", b"auth", b"select", b"client", *_SUBSCRIBE, *_UNSUBSCRIBE, *_TRANSACTION}
+)
+_CLOSED_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_first: Final = operator.itemgetter(0)
 
 
 @attrs.frozen
@@ -109,6 +120,10 @@ class ProxyConnection:
         self.c2s = RespScanner(requests=True)
         self.c2s_pending = bytearray()
         self.c2s_streaming = False
+        self.c2s_reader: hiredis.Reader | None = None  # see _plain_commands
+        self.dispatcher: Dispatcher | None = None
+        self.parked: list[_Park | None] = [None, None]  # per direction, see _fastpath
+        self.client_backlog = b""  # what a fast-path write to the client left
         self.scheduled: list[list[Any]] = []  # [frames still to pass, payload]
         self.synthetic: deque[tuple[int, bytes]] = deque()  # (replies to wait for, reply)
         self.expected = 0  # regular replies the backend owes for forwarded commands
@@ -153,10 +168,15 @@ class ProxyConnection:
                 self.backend = await trio.open_tcp_stream(*self.backend_address)
             except OSError:
                 return
-            async with trio.open_nursery() as nursery:
-                self.pumps = nursery
-                nursery.start_soon(self._pump_client_to_server)
-                nursery.start_soon(self._pump_server_to_client, self.backend)
+            self.dispatcher = dispatcher_for(self.sim._nursery)
+            try:
+                async with trio.open_nursery() as nursery:
+                    self.pumps = nursery
+                    nursery.start_soon(self._pump_client_to_server)
+                    nursery.start_soon(self._pump_server_to_client, self.backend)
+            finally:
+                if self.dispatcher is not None:
+                    self.dispatcher.release()
 
     def release(self) -> None:
         """After :meth:`forward`: drop what was pending and close both sockets (a reset
@@ -174,36 +194,64 @@ class ProxyConnection:
         if self.backend is not None:
             self.backend.socket.close()
 
+    def fast_ok(self) -> bool:
+        """Whether the fast path may handle this connection's next chunk (no stall, no
+        latency, the upstream did not move)."""
+        sim = self.sim
+        return (
+            self.dispatcher is not None
+            and not sim._stalled
+            and sim._latency <= 0
+            and self.epoch == sim._epoch
+        )
+
+    async def _send_client(self, payload: bytes) -> None:
+        """Write to the client (under ``write_lock``), after what the fast path left."""
+        if self.client_backlog:
+            payload = self.client_backlog + payload
+            self.client_backlog = b""
+        if payload:
+            await self.client.send_all(payload)
+
     async def _pump_server_to_client(self, backend: trio.SocketStream) -> None:
         try:
             while True:
-                data = await backend.receive_some(_CHUNK)
+                if self.fast_ok() and backend is self.backend:
+                    kind, value = await fast_wait(self, S2C, backend)
+                    if isinstance(value, BaseException):
+                        raise value
+                    if kind == "sent":
+                        async with self.write_lock:
+                            await self._send_client(b"")
+                        continue
+                    data = value
+                else:
+                    data = await backend.receive_some(_CHUNK)
                 if not data:
                     break
                 await self.sim._gate()
                 if self.sim._latency > 0:
                     await trio.sleep(self.sim._latency)
                 async with self.write_lock:
-                    await self._deliver_server_bytes(data)
+                    await self._send_client(self._server_payload(data))
                 if self.drained is not None and self.replies >= self.expected:
                     self.drained.set()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, RespScanError):
+        except (*_CLOSED_ERRORS, RespScanError):
             pass
         if backend is self.backend:  # not replaced by _follow_upstream
             self.scope.cancel()
 
-    async def _deliver_server_bytes(self, data: bytes) -> None:
-        out: list[bytes] = []
-        if self.synthetic and self.s2c.at_boundary:
-            out.extend(self._due_answers())
-        ends = self.s2c.feed(data)
+    def _server_payload(self, data: bytes) -> bytes:
+        """Account for server bytes; what to write to the client: them, with the injected
+        frames and the proxy's answers that are due put between whole frames."""
+        scanner = self.s2c
+        out = self._due_answers() if self.synthetic and scanner.at_boundary else []
+        pushes = scanner.pushes
+        ends = scanner.feed(data)
         if not self.scheduled and not self.synthetic and not out:
-            for _, kind in ends:
-                if kind != PUSH:
-                    self.replies += 1
+            self.replies += len(ends) - (scanner.pushes - pushes)
             self.bytes_to_client += len(data)
-            await self.client.send_all(data)
-            return
+            return data
         start = 0
         for end, kind in ends:
             if kind != PUSH:
@@ -216,7 +264,7 @@ class ProxyConnection:
         out.append(data[start:])
         payload = b"".join(out)
         self.bytes_to_client += len(payload)
-        await self.client.send_all(payload)
+        return payload
 
     def _due(self) -> list[bytes]:
         """Payloads to write right after the frame that just ended."""
@@ -245,11 +293,23 @@ class ProxyConnection:
         assert self.backend is not None
         try:
             while True:
-                data = await self.client.receive_some(_CHUNK)
+                if self.fast_ok():
+                    kind, value = await fast_wait(self, C2S, self.client)
+                    if isinstance(value, BaseException):
+                        raise value
+                    if kind == "sent":
+                        if value:
+                            await self.backend.send_all(value)
+                        if self.synthetic:
+                            await self._flush_answers()
+                        continue
+                    data = value
+                else:
+                    data = await self.client.receive_some(_CHUNK)
                 if not data:
                     try:
                         await self.backend.send_eof()
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    except _CLOSED_ERRORS:
                         self.scope.cancel()
                     return
                 self.bytes_from_client += len(data)
@@ -261,7 +321,7 @@ class ProxyConnection:
                     await self.backend.send_all(forward)
                 if self.synthetic:
                     await self._flush_answers()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, RespScanError):
+        except (*_CLOSED_ERRORS, RespScanError):
             self.scope.cancel()
 
     async def _flush_answers(self) -> None:
@@ -272,11 +332,71 @@ class ProxyConnection:
             if due:
                 payload = b"".join(due)
                 self.bytes_to_client += len(payload)
-                await self.client.send_all(payload)
+                await self._send_client(payload)
 
     def _scan_client_bytes(self, data: bytes) -> bytes:
         """Split client bytes into what to forward and what the proxy answers itself (the
         answers are queued in ``self.synthetic`` behind the replies owed so far)."""
+        if (
+            data[:1] == b"*"
+            and not self.reply_off
+            and not self.skip_next
+            and not self.c2s_streaming
+            and self.c2s.at_boundary
+        ):
+            whole = self._plain_commands(data)
+            if whole == len(data):
+                return data
+            if whole:
+                return data[:whole] + self._scan_general(data[whole:])
+        return self._scan_general(data)
+
+    def _plain_commands(self, data: bytes) -> int:
+        """The requests' fast path, at a frame boundary: hiredis parses the chunk's
+        commands and, while each is an ordinary one (not in ``_SPECIAL``: one reply owed,
+        nothing to track) in the canonical encoding (byte for byte what
+        ``hiredis.pack_command`` gives, so where it ends is known), it is only counted.
+        Returns how many bytes that took (whole commands); the rest goes through the
+        general scan, from a frame boundary."""
+        reader = self.c2s_reader
+        if reader is None:
+            reader = self.c2s_reader = hiredis.Reader()
+        reader.feed(data)
+        try:
+            commands = list(iter(reader.gets, False))
+        except hiredis.ProtocolError:
+            commands = []
+        try:
+            # The usual chunk, whole commands only, checked without a Python step per command.
+            if _SPECIAL.isdisjoint(map(bytes.lower, map(_first, commands))) and data == b"".join(
+                map(hiredis.pack_command, map(tuple, commands))
+            ):
+                self.expected += len(commands)
+                self.c2s.frames += len(commands)
+                return len(data)
+        except (TypeError, IndexError, hiredis.HiredisError):
+            pass
+        taken = 0
+        for command in commands:
+            if not isinstance(command, list) or not command:
+                break
+            name = command[0]
+            if not isinstance(name, bytes) or name.lower() in _SPECIAL:
+                break
+            try:
+                packed = hiredis.pack_command(tuple(command))
+            except (TypeError, hiredis.HiredisError):
+                break
+            if not data.startswith(packed, taken):
+                break
+            taken += len(packed)
+            self.expected += 1
+            self.c2s.frames += 1
+        if taken < len(data):
+            self.c2s_reader = None  # it may hold a partial command: start afresh
+        return taken
+
+    def _scan_general(self, data: bytes) -> bytes:
         forward: list[bytes] = []
         start = 0
         for end, kind in self.c2s.feed(data):
@@ -440,6 +560,7 @@ class ProxyConnection:
         self.epoch = epoch
         self.passthrough = False
         assert self.pumps is not None
+        stop_wait(self, S2C)  # the old backend's fast-path wait ends
         self.pumps.start_soon(self._pump_server_to_client, new)
         if old is not None:
             await old.aclose()
@@ -486,8 +607,8 @@ class ProxyConnection:
                 self.scheduled.append([remaining, payload])
                 return
             try:
-                await self.client.send_all(payload)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await self._send_client(payload)
+            except _CLOSED_ERRORS:
                 self.close_now(abort=False)
                 return
             self.injected += 1

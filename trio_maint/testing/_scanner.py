@@ -37,6 +37,9 @@ _PIPE: Final = 0x7C
 _DOT: Final = 0x2E
 _SEMI: Final = 0x3B
 _DOLLAR: Final = 0x24
+_PLUS: Final = 0x2B
+_COLON: Final = 0x3A
+_MINUS: Final = 0x2D
 
 
 class RespScanError(ValueError):
@@ -66,6 +69,7 @@ class RespScanner:
         "_top_type",
         "broken",
         "frames",
+        "pushes",
     )
 
     def __init__(self, *, requests: bool = False) -> None:
@@ -79,6 +83,8 @@ class RespScanner:
         self._top_type = -1  # type byte of the top-level frame in progress
         #: Whole top-level frames seen so far (``int``).
         self.frames = 0
+        #: How many of them were push frames (``int``).
+        self.pushes = 0
         #: True once a :class:`RespScanError` was raised.
         self.broken = False
 
@@ -115,6 +121,15 @@ class RespScanner:
         pos = 0
         n = len(data)
         while pos < n:
+            if (
+                not self._requests
+                and self._line is None
+                and self._top_type == -1
+                and not self._counts
+            ):
+                pos = self._simple_frames(data, pos, n, out)
+                if pos >= n:
+                    break
             if self._skip:
                 take = min(self._skip, n - pos)
                 self._skip -= take
@@ -143,6 +158,35 @@ class RespScanner:
             pos = nl + 1
             self._process_line(line, pos, out)
         return out
+
+    def _simple_frames(self, data: bytes | bytearray, pos: int, n: int, out: list[FrameEnd]) -> int:
+        """At a frame boundary: take the whole simple frames (``+``, ``-``, ``:``, ``$n``, as
+        most replies are) starting at ``pos`` in one tight loop; return where it stopped (at
+        the first frame of another kind or not whole in ``data``, for the general scan)."""
+        before = len(out)
+        while pos < n:
+            t = data[pos]
+            nl = data.find(b"\n", pos)
+            if nl - pos < 2 or data[nl - 1] != 0x0D:
+                break  # no whole line (nl == -1 included), or a bad one: the general scan
+            if t == _DOLLAR:
+                body = data[pos + 1 : nl - 1]
+                if body == b"-1":
+                    end = nl + 1
+                elif body.isdigit():
+                    end = nl + 3 + int(body)
+                    if end > n or data[end - 2 : end] != b"\r\n":
+                        break
+                else:
+                    break
+            elif t in (_PLUS, _COLON, _MINUS):
+                end = nl + 1
+            else:
+                break
+            out.append((end, t))
+            pos = end
+        self.frames += len(out) - before
+        return pos
 
     def _process_line(self, line: bytes, end: int, out: list[FrameEnd]) -> None:
         top = not self._counts and not self._stream_str
@@ -218,6 +262,8 @@ class RespScanner:
                     self._top_type = -2  # an attribute was read; its value is still to come
                 else:
                     self.frames += 1
+                    if self._top_type == PUSH:
+                        self.pushes += 1
                     out.append((end, self._top_type))
                     self._top_type = -1
                 return
