@@ -261,3 +261,22 @@ async def test_sequence_ids_shared_by_default_and_per_node_as_an_option() -> Non
         ):
             assert [await a.inject_moving(), await b.inject_moving()] == [1001, 1001]
             assert a.next_seq_id() == 1002
+
+
+async def test_migrate_after_a_moving_is_refused_and_a_failed_catch_up_is_undone() -> None:
+    # Found by a fresh-user pass of `trio-maint simulate`: after a MOVING scenario (the old
+    # simulator forwards to the new one), migrate made the target's server a replica of
+    # itself, timed out, and left it read-only: every write failed with READONLY.
+    with trio.fail_after(30):
+        async with MaintenanceSimulator() as a:
+            async with MaintenanceSimulator(host="127.0.0.2", port=a.port) as b:
+                assert a.server is not None and b.server is not None
+                a.set_backend(b)  # as a MOVING scenario leaves it
+                with pytest.raises(ValueError, match="forwards to"):
+                    await migrate(a, b, time=1)
+                assert await role(b.server) == "master"
+                a.set_backend(a.server)
+                with pytest.raises(TimeoutError):
+                    await migrate(a, b, time=1, sync_timeout=0.001)
+                assert await role(b.server) == "master"  # the failed switch undone
+                assert await role(a.server) == "master"

@@ -113,9 +113,17 @@ async def _switch_over(
     # redis-server waits 5 s by default before a diskless full sync, for more replicas to
     # join; there is only one here. (Best effort: a server may refuse CONFIG.)
     await a.execute("CONFIG", "SET", "repl-diskless-sync-delay", "0")
-    with trio.fail_after(sync_timeout):
-        await _ok(b, "REPLICAOF", src_addr[0], src_addr[1])
-        await _wait_caught_up(b, await _offset(a))
+    try:
+        with trio.fail_after(sync_timeout):
+            await _ok(b, "REPLICAOF", src_addr[0], src_addr[1])
+            await _wait_caught_up(b, await _offset(a))
+    except BaseException:
+        # Nothing was switched: the target's server is a primary again, as it was.
+        # (On a connection of its own: ``b`` may have been cancelled mid-command.)
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            async with await connect_raw(dst_addr) as fresh:
+                await fresh.execute("REPLICAOF", "NO", "ONE")
+        raise
     held_at = trio.current_time()
     for sim in sims:
         _begin_switch(sim, dst_addr)
@@ -193,14 +201,23 @@ async def migrate(
     :param close_after: seconds after the MOVING before closing (default ``time + grace``).
     :param sync_timeout: seconds to wait for the replica to catch up.
     :param pause_timeout: the write pause's safety bound in seconds (lifted much earlier).
-    :raises ValueError: ``target``'s server is the one ``source`` already forwards to.
-    :raises TimeoutError: the replica did not catch up in ``sync_timeout`` seconds.
+    :raises ValueError: ``target``'s server is the one ``source`` already forwards to, or
+        ``source`` forwards to ``target`` itself (after a MOVING scenario).
+    :raises TimeoutError: the replica did not catch up in ``sync_timeout`` seconds (the
+        target's server is made a primary again: nothing was switched).
     :raises RuntimeError: a server refused a command.
     """
     src_addr = source.backend_address
     dst_addr = _data_address(target)
     if src_addr == dst_addr:
         raise ValueError(f"{source!r} already forwards to the target's server")
+    if isinstance(target, MaintenanceSimulator) and src_addr == target.address:
+        # After a MOVING scenario (set_backend(target)) the source's clients already use
+        # the target's server: there is nothing behind the source to move.
+        raise ValueError(
+            f"{source!r} forwards to {target!r} already (after a MOVING): the data is on "
+            "the target's server; migrate from the target to move it back"
+        )
     sims = [source]
     if isinstance(target, MaintenanceSimulator) and target.backend_address == src_addr:
         sims.append(target)  # back to its own server: it forwards to the old primary
