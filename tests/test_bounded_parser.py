@@ -14,6 +14,7 @@ import hiredis
 import pytest
 
 from trio_maint import DataError, ProtocolError
+from trio_maint._sansio.headers import find_candidates
 from trio_maint._sansio.limits import (
     DEFAULT_MAX_AGGREGATE_LEN,
     DEFAULT_MAX_BULK_LEN,
@@ -22,7 +23,6 @@ from trio_maint._sansio.limits import (
     FrameLimits,
     FrameTracker,
     LimitExceeded,
-    find_candidates,
     parse_length,
 )
 from trio_maint._sansio.resp import NEED_DATA, PushNotification, RespParser

@@ -19,6 +19,7 @@ import hiredis
 from . import decoding
 from .encode import CommandArg, encode_command, encode_commands
 from .errors import DataError, ProtocolError, response_error
+from .headers import find_candidates, header_test
 from .limits import (
     DeclaredBudget,
     FrameLimits,
@@ -26,8 +27,6 @@ from .limits import (
     LimitExceeded,
     aggregate_too_long,
     declared_too_many,
-    find_candidates,
-    header_test,
     parse_length,
     refused_frame,
 )
