@@ -12,7 +12,6 @@ for earlier pipelined commands) and the replies the backend owes can be counted.
 
 from __future__ import annotations
 
-import operator
 import socket
 import struct
 from collections import deque
@@ -22,6 +21,7 @@ import attrs
 import hiredis
 import trio
 
+from ._counting import ReplyCounter, RequestCounter
 from ._fastpath import C2S, S2C, Dispatcher, dispatcher_for, fast_wait, stop_wait
 from ._scanner import PUSH, RespScanError, RespScanner
 
@@ -58,7 +58,6 @@ _SPECIAL: Final = frozenset(
     {b"hello", b"auth", b"select", b"client", *_SUBSCRIBE, *_UNSUBSCRIBE, *_TRANSACTION}
 )
 _CLOSED_ERRORS: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-_first: Final = operator.itemgetter(0)
 
 
 @attrs.frozen
@@ -120,7 +119,8 @@ class ProxyConnection:
         self.c2s = RespScanner(requests=True)
         self.c2s_pending = bytearray()
         self.c2s_streaming = False
-        self.c2s_reader: hiredis.Reader | None = None  # see _plain_commands
+        self.c2s_counter = RequestCounter(_SPECIAL)
+        self.s2c_counter = ReplyCounter()
         self.dispatcher: Dispatcher | None = None
         self.parked: list[_Park | None] = [None, None]  # per direction, see _fastpath
         self.client_backlog = b""  # what a fast-path write to the client left
@@ -245,6 +245,13 @@ class ProxyConnection:
         """Account for server bytes; what to write to the client: them, with the injected
         frames and the proxy's answers that are due put between whole frames."""
         scanner = self.s2c
+        if not self.scheduled and not self.synthetic and scanner.at_boundary:
+            count = self.s2c_counter.count(data)
+            if count >= 0:
+                scanner.frames += count
+                self.replies += count
+                self.bytes_to_client += len(data)
+                return data
         out = self._due_answers() if self.synthetic and scanner.at_boundary else []
         pushes = scanner.pushes
         ends = scanner.feed(data)
@@ -352,48 +359,12 @@ class ProxyConnection:
         return self._scan_general(data)
 
     def _plain_commands(self, data: bytes) -> int:
-        """The requests' fast path, at a frame boundary: hiredis parses the chunk's
-        commands and, while each is an ordinary one (not in ``_SPECIAL``: one reply owed,
-        nothing to track) in the canonical encoding (byte for byte what
-        ``hiredis.pack_command`` gives, so where it ends is known), it is only counted.
-        Returns how many bytes that took (whole commands); the rest goes through the
-        general scan, from a frame boundary."""
-        reader = self.c2s_reader
-        if reader is None:
-            reader = self.c2s_reader = hiredis.Reader()
-        reader.feed(data)
-        try:
-            commands = list(iter(reader.gets, False))
-        except hiredis.ProtocolError:
-            commands = []
-        try:
-            # The usual chunk, whole commands only, checked without a Python step per command.
-            if _SPECIAL.isdisjoint(map(bytes.lower, map(_first, commands))) and data == b"".join(
-                map(hiredis.pack_command, map(tuple, commands))
-            ):
-                self.expected += len(commands)
-                self.c2s.frames += len(commands)
-                return len(data)
-        except (TypeError, IndexError, hiredis.HiredisError):
-            pass
-        taken = 0
-        for command in commands:
-            if not isinstance(command, list) or not command:
-                break
-            name = command[0]
-            if not isinstance(name, bytes) or name.lower() in _SPECIAL:
-                break
-            try:
-                packed = hiredis.pack_command(tuple(command))
-            except (TypeError, hiredis.HiredisError):
-                break
-            if not data.startswith(packed, taken):
-                break
-            taken += len(packed)
-            self.expected += 1
-            self.c2s.frames += 1
-        if taken < len(data):
-            self.c2s_reader = None  # it may hold a partial command: start afresh
+        """The requests' fast path, at a frame boundary: the leading whole ordinary
+        commands (:class:`~trio_maint.testing._counting.RequestCounter`) are only counted.
+        Returns how many bytes they took; the rest goes through the general scan."""
+        taken, commands = self.c2s_counter.take(data)
+        self.expected += commands
+        self.c2s.frames += commands
         return taken
 
     def _scan_general(self, data: bytes) -> bytes:
