@@ -13,19 +13,27 @@ Two layouts, measured one after the other: ``shared`` (every process on every CP
 runs have them for two) and, with ``taskset`` and at least 2 CPUs, ``pinned`` (the
 simulator alone on the last CPU, redis-server and redis-benchmark on the others, in both
 the direct and the simulator runs). ``--smoke`` measures ``shared`` only.
+
+Where ``haproxy`` is on the PATH, it runs beside the simulator as a reference: a TCP proxy
+written in C (one thread, ``mode tcp``, placed like the simulator), measured in the same
+rounds, so the table shows what any pass-through proxy costs on this machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
 import shutil
+import socket
 import subprocess
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from trio_maint.testing import RedisServer
+from trio_maint.testing import RedisServer, free_port
 
 from ._common import fmt, parse_args, pm, print_table, summarize, write_json
 from ._simproc import SimProcess
@@ -76,6 +84,55 @@ def _layouts() -> dict[str, tuple[str | None, str | None]]:
     return layouts
 
 
+_HAPROXY_CONFIG = """\
+global
+    nbthread 1
+    maxconn 4096
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 600s
+    timeout server 600s
+frontend bench
+    bind 127.0.0.1:{port}
+    default_backend upstream
+backend upstream
+    server redis 127.0.0.1:{backend}
+"""
+
+
+@contextlib.contextmanager
+def _haproxy(backend: int, cpu: str | None) -> Iterator[int | None]:
+    """haproxy in front of ``backend`` (its port), or ``None`` where it is not installed."""
+    binary = shutil.which("haproxy")
+    if binary is None:
+        yield None
+        return
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "haproxy.cfg")
+        with open(config, "w") as f:
+            f.write(_HAPROXY_CONFIG.format(port=port, backend=backend))
+        argv = [binary, "-db", "-f", config]
+        if cpu is not None:
+            argv = ["taskset", "-c", cpu, *argv]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("haproxy did not start") from None
+                    time.sleep(0.05)
+            yield port
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
 def _pin_process(pid: int, cpus: str) -> None:
     subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True, capture_output=True)
 
@@ -87,24 +144,29 @@ def _measure(
     assert server.process is not None
     all_cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
     _pin_process(server.process.pid, rest_cpus or all_cpus)
-    rates: dict[tuple[str, str], list[float]] = {
-        (w, c): [] for w in ("direct", "simulator") for c in CASES
-    }
-    ratios: dict[str, list[float]] = {c: [] for c in CASES}
-    with SimProcess(f"127.0.0.1:{server.address[1]}", cpu=sim_cpu) as sim:
+    with (
+        SimProcess(f"127.0.0.1:{server.address[1]}", cpu=sim_cpu) as sim,
+        _haproxy(server.address[1], sim_cpu) as haproxy_port,
+    ):
         ports = {"direct": server.address[1], "simulator": sim.port}
+        if haproxy_port is not None:
+            ports["haproxy"] = haproxy_port
+        rates: dict[tuple[str, str], list[float]] = {(w, c): [] for w in ports for c in CASES}
+        ratios: dict[tuple[str, str], list[float]] = {(w, c): [] for w in ports for c in CASES}
         for pipeline, _ in CASES.values():
-            # Warm-up: the simulator's first 50 connections, the server's first keys.
-            _redis_benchmark(sim.port, pipeline, 2000, rest_cpus)
+            # Warm-up: the proxies' first 50 connections, the server's first keys.
+            for where in ports:
+                _redis_benchmark(ports[where], pipeline, 2000, rest_cpus)
         for round_no in range(rounds):
             for case, (pipeline, guess) in CASES.items():
                 requests = max(2000, int(guess * duration / 2))
-                order = ["direct", "simulator"] if round_no % 2 == 0 else ["simulator", "direct"]
+                order = list(ports) if round_no % 2 == 0 else list(reversed(ports))
                 got: dict[str, float] = {}
                 for where in order:
                     got[where] = _redis_benchmark(ports[where], pipeline, requests, rest_cpus)
                     rates[(where, case)].append(got[where])
-                ratios[case].append(got["simulator"] / got["direct"])
+                for where in ports:
+                    ratios[(where, case)].append(got[where] / got["direct"])
             print(f"round {round_no + 1}/{rounds} done", flush=True)
     results: dict[str, Any] = {}
     for case, (pipeline, _) in CASES.items():
@@ -112,10 +174,17 @@ def _measure(
             "pipeline": pipeline,
             "direct": summarize(rates[("direct", case)]),
             "simulator": summarize(rates[("simulator", case)]),
-            "ratio": summarize(ratios[case]),
+            "ratio": summarize(ratios[("simulator", case)]),
             "goal": GOALS[case],
         }
+        if "haproxy" in ports:
+            results[case]["haproxy"] = summarize(rates[("haproxy", case)])
+            results[case]["haproxy_ratio"] = summarize(ratios[("haproxy", case)])
     return results
+
+
+def _ratio(ratio: dict[str, Any]) -> str:
+    return f"{fmt(ratio['median'], 2)} ({fmt(ratio['min'], 2)}-{fmt(ratio['max'], 2)})"
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -141,16 +210,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             rows = []
             for entry in results.values():
                 ratio = entry["ratio"]
-                rows.append(
-                    [
-                        f"-P {entry['pipeline']}",
-                        pm(entry["direct"]),
-                        pm(entry["simulator"]),
-                        f"{fmt(ratio['median'], 2)} ({fmt(ratio['min'], 2)}-"
-                        f"{fmt(ratio['max'], 2)})",
-                        f">= {entry['goal']}",
-                    ]
-                )
+                row = [
+                    f"-P {entry['pipeline']}",
+                    pm(entry["direct"]),
+                    pm(entry["simulator"]),
+                    _ratio(ratio),
+                    f">= {entry['goal']}",
+                ]
+                if "haproxy" in entry:
+                    row += [pm(entry["haproxy"]), _ratio(entry["haproxy_ratio"])]
+                rows.append(row)
             where = (
                 "all processes share every CPU"
                 if layout[0] is None
@@ -158,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             )
             print_table(
                 f"redis-benchmark -t set,get -c {CLIENTS}, direct vs simulator ({where})",
-                ["case", "direct ops/s", "simulator ops/s", "ratio (min-max)", "goal"],
+                ["case", "direct ops/s", "simulator ops/s", "ratio (min-max)", "goal"]
+                + (["haproxy ops/s", "haproxy ratio"] if len(rows[0]) > 5 else []),
                 rows,
             )
     write_json("simulator", args, payload)
