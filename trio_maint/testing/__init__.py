@@ -1,8 +1,6 @@
 """trio_maint.testing: real redis-server processes and a maintenance simulator, for
 trio_maint's own tests and for users rehearsing maintenance in theirs (docs/testing.md)."""
 
-from __future__ import annotations
-
 from ._cluster import LocalCluster
 from ._cluster_node import ClusterError, ClusterNode, cluster_free_port
 from ._frames import (
