@@ -52,7 +52,7 @@ def _source_doc(module: str, name: str, seen: int = 0) -> str | None:
             targets = [node.target]
         if not any(isinstance(t, ast.Name) and t.id == name for t in targets):
             continue
-        comments = []
+        comments: list[str] = []
         for line in reversed(lines[: node.lineno - 1]):
             if not line.strip().startswith("#:"):
                 break
