@@ -58,19 +58,45 @@ def test_demo_json_rides_through_a_real_move(scenario: str) -> None:
     # the live view went to stderr, in plain text (not a TTY)
     assert "MOVING seq=" in result.stderr
     assert "trio-maint demo: PASS" in result.stderr
+    # handed-off connections stay relaxed for post_handoff_relaxed_duration, said so
+    relaxed = report["relaxed"]
+    assert relaxed["post_handoff_seconds"] == 1.0  # 20 s divided by --speed 20
+    assert relaxed["peak"] >= 1
+    assert (
+        "a connection handed off keeps relaxed timeouts 1 s after its handoff "
+        "(MaintConfig.post_handoff_relaxed_duration" in result.stderr
+    )
 
 
-def test_demo_cluster_json_rides_through_a_slot_migration() -> None:
-    result = run_cli("demo", "--cluster", "--tasks", "30", "--keys", "500", "--json")
+def test_demo_cluster_json_and_plot_ride_through_a_slot_migration(tmp_path: Path) -> None:
+    """--cluster takes the standalone demo's options: --json, --plot, --speed, --mix,
+    --seed; the report and the verdict line are the standalone demo's."""
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "cluster.png"
+    result = run_cli(
+        *("demo", "--cluster", "--tasks", "30", "--keys", "500", "--json"),
+        *("--plot", str(png), "--speed", "2", "--mix", "50:40:10", "--seed", "7"),
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["ok"] is True
+    assert report["scenario"] == "cluster-slot-migration"
+    assert report["speed"] == 2 and report["mix"] == {"reads": 50, "writes": 40, "pipelines": 10}
     assert report["commands"]["total"] > 100
     assert report["commands"]["failed"] == 0, report["commands"]["errors"]
     assert report["keys_moved"] > 0
     assert report["smigrated_refreshes"] >= 1
-    assert report["data_check"] == {"checked": 500, "lost": 0}
-    assert "SMIGRATED" in result.stderr
+    check = report["data_check"]
+    assert check["intact"] is True and check["keys_checked"] > 0
+    assert check["missing"] == check["stale"] == check["counters_short"] == 0
+    assert [n["name"] for n in report["notifications"]] == ["SMIGRATING", "SMIGRATED"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the live view and the report went to stderr, in the standalone demo's style
+    err = result.stderr
+    assert "SMIGRATING seq=" in err and "server: SMIGRATED" in err
+    assert "trio-maint demo --cluster: PASS" in err
+    assert f"{report['commands']['total']:,} total, 0 failed" in err
+    assert "{" not in err and "OK\n" not in err
 
 
 @pytest.mark.parametrize("scenario", ["failover", "unreachable"])

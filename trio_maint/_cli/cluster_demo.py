@@ -1,26 +1,34 @@
-"""The cluster demo (scenario (a) of docs/cluster.md): a real local Redis Cluster behind
-maintenance simulators, a concurrent workload through :func:`~trio_maint.open_redis_cluster`,
-and a real slot migration announced with ``SMIGRATING``/``SMIGRATED``; a line of progress a
-second and a report (commands, failures, latency before/during/after, redirections,
-refreshes, a check of every acknowledged write).
+"""The cluster demo (``trio-maint demo --cluster``, scenario (a) of docs/cluster.md): a real
+local Redis Cluster behind maintenance simulators, the standalone demo's workload through
+:func:`~trio_maint.open_redis_cluster`, and a real slot migration announced with
+``SMIGRATING``/``SMIGRATED``; the same live view, report and ``--json``/``--plot`` as the
+standalone demo (commands, failures, latency before/during/after, redirections, slot-map
+refreshes, relaxed connections, a check of every acknowledged write).
 
-:func:`run_cluster_demo` is meant to be wired into ``trio-maint demo --cluster``; it uses
-only the public API and :mod:`trio_maint.testing`.
+It uses only the public API and :mod:`trio_maint.testing`.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Callable
-from typing import Any
+import random
+from typing import Any, ClassVar
 
 import attrs
 import trio
 
-from .. import Endpoint, MaintConfig, RedisError, key_slot, open_redis_cluster
+from .. import (
+    Endpoint,
+    MaintConfig,
+    NotificationReceived,
+    RedisCluster,
+    key_slot,
+    open_redis_cluster,
+)
 from ..testing import LocalCluster
-from .report import latency_summary
+from .observe import NotificationLog, Silent, recent_rate, relaxation
+from .report import DemoError, Observer, Snapshot, errors_text, latency_rows, phase_summary
+from .workload import WorkloadStats, run_task
 
 __all__ = ["ClusterDemoConfig", "ClusterDemoReport", "run_cluster_demo"]
 
@@ -29,12 +37,17 @@ __all__ = ["ClusterDemoConfig", "ClusterDemoReport", "run_cluster_demo"]
 class ClusterDemoConfig:
     """Knobs of :func:`run_cluster_demo`.
 
-    :ivar tasks: concurrent workload tasks (``int``).
-    :ivar keys: keys written and read, spread over every slot (``int``).
+    :ivar tasks: concurrent workload tasks (``int`` >= 1).
+    :ivar keys: keys written and read, spread over every slot (``int`` >= ``tasks``).
     :ivar slots: how many slots migrate from the first master to the second (``int``).
-    :ivar phase: seconds (``float``) of steady traffic before and after the migration, and
-        of the ``ASK`` phase inside it (slots migrating, keys not yet moved).
-    :ivar pool_size: connections per node (``int``).
+    :ivar phase: seconds (``float``) at speed 1 of steady traffic before and after the
+        migration, and of its ``ASK`` phase (slots migrating, keys not yet moved).
+    :ivar pool_size: connections per node (``int`` >= 1).
+    :ivar mix: relative weights of reads, writes and pipelines (``tuple[int, int, int]``).
+    :ivar speed: ``phase`` is divided by this (``float`` > 0).
+    :ivar duration: seconds of traffic in all (``float``), split in three equal phases
+        instead of ``phase / speed`` (moving the keys adds its own time); ``None``: not set.
+    :ivar seed: seed of the workload's random choices (``None`` = random).
     """
 
     tasks: int = 100
@@ -42,31 +55,78 @@ class ClusterDemoConfig:
     slots: int = 200
     phase: float = 1.0
     pool_size: int = 20
+    mix: tuple[int, int, int] = (60, 30, 10)
+    speed: float = 1.0
+    duration: float | None = None
+    seed: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("tasks", "pool_size", "slots"):
+            if getattr(self, name) < 1:
+                raise DemoError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.keys < self.tasks:
+            raise DemoError(f"--keys must be >= --tasks ({self.tasks}), got {self.keys}")
+        if not (self.speed > 0 and math.isfinite(self.speed)):
+            raise DemoError(f"--speed must be > 0, got {self.speed}")
+        if self.duration is not None and not (0 < self.duration < math.inf):
+            raise DemoError(f"--duration must be > 0, got {self.duration}")
+
+    @property
+    def phase_seconds(self) -> float:
+        """Seconds of each of the three phases (``float``)."""
+        if self.duration is not None:
+            return self.duration / 3
+        return self.phase / self.speed
 
 
 @attrs.define
 class ClusterDemoReport:
-    """The outcome of :func:`run_cluster_demo` (times in seconds from the workload's start;
-    latencies in seconds)."""
+    """The outcome of :func:`run_cluster_demo`; :meth:`as_dict` is the ``--json`` document.
+
+    Times are seconds from the workload's start; latencies are seconds.
+    """
 
     config: ClusterDemoConfig
+    nodes: dict[str, str] = attrs.field(factory=dict)
     total_commands: int = 0
     failed_commands: int = 0
     errors: dict[str, int] = attrs.field(factory=dict)
     latency: dict[str, dict[str, float | int]] = attrs.field(factory=dict)
+    window: tuple[float, float] = (math.nan, math.nan)
+    duration: float = 0.0
     redirections: dict[str, int] = attrs.field(factory=dict)
     refreshes: int = 0
     smigrated_refreshes: int = 0
     relaxed_peak: int = 0
+    relaxed_at_end: int = 0
+    slots_moved: int = 0
     keys_moved: int = 0
     keys_checked: int = 0
-    keys_lost: int = 0
+    keys_missing: int = 0
+    keys_stale: int = 0
+    counters_checked: int = 0
+    counters_short: int = 0
     timeline: list[tuple[float, str]] = attrs.field(factory=list)
+    notifications: list[dict[str, Any]] = attrs.field(factory=list)
+    series: list[dict[str, float]] = attrs.field(factory=list)
+
+    #: The first words of the report's verdict line.
+    heading: ClassVar[str] = "trio-maint demo --cluster"
+
+    @property
+    def label(self) -> str:
+        """What ran, for titles (``str``)."""
+        return "trio-maint demo --cluster (slot migration)"
+
+    @property
+    def data_intact(self) -> bool:
+        """Every acknowledged write was read back."""
+        return self.keys_missing == 0 and self.keys_stale == 0 and self.counters_short == 0
 
     @property
     def ok(self) -> bool:
         """No command failed and every acknowledged write was read back."""
-        return self.failed_commands == 0 and self.keys_lost == 0
+        return self.failed_commands == 0 and self.data_intact
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-compatible values (``nan`` becomes ``None``)."""
@@ -80,168 +140,260 @@ class ClusterDemoReport:
                 return [clean(v) for v in value]
             return value
 
+        cfg = self.config
         out: dict[str, Any] = clean(
             {
                 "ok": self.ok,
-                "tasks": self.config.tasks,
+                "scenario": "cluster-slot-migration",
+                "speed": cfg.speed,
+                "tasks": cfg.tasks,
+                "pool_size": cfg.pool_size,
+                "keys": cfg.keys,
+                "mix": {"reads": cfg.mix[0], "writes": cfg.mix[1], "pipelines": cfg.mix[2]},
+                "duration": self.duration,
+                "nodes": self.nodes,
                 "commands": {
                     "total": self.total_commands,
                     "failed": self.failed_commands,
                     "errors": self.errors,
                 },
                 "latency": self.latency,
+                "window": {"start": self.window[0], "end": self.window[1]},
                 "redirections": self.redirections,
                 "refreshes": self.refreshes,
                 "smigrated_refreshes": self.smigrated_refreshes,
-                "relaxed_peak": self.relaxed_peak,
+                "relaxed": {"peak": self.relaxed_peak, "at_end": self.relaxed_at_end},
+                "slots_moved": self.slots_moved,
                 "keys_moved": self.keys_moved,
-                "data_check": {"checked": self.keys_checked, "lost": self.keys_lost},
+                "data_check": {
+                    "keys_checked": self.keys_checked,
+                    "missing": self.keys_missing,
+                    "stale": self.keys_stale,
+                    "counters_checked": self.counters_checked,
+                    "counters_short": self.counters_short,
+                    "intact": self.data_intact,
+                },
                 "timeline": [{"t": t, "label": label} for t, label in self.timeline],
+                "notifications": self.notifications,
+                "series": self.series,
             }
         )
         return out
 
-    def lines(self) -> list[str]:
-        """The report as text lines."""
-        out = [
-            f"commands: {self.total_commands} total, {self.failed_commands} failed",
-            f"redirections: {dict(self.redirections) or 'none'}; slot-map refreshes: "
-            f"{self.refreshes} ({self.smigrated_refreshes} from SMIGRATED)",
-            f"connections relaxed at the peak: {self.relaxed_peak}; keys moved: {self.keys_moved}",
+    def rows(self) -> list[tuple[str, str]]:
+        """The report as ``(label, text)`` rows, as the standalone demo's."""
+        cfg = self.config
+        rows = [
+            (
+                "scenario",
+                f"slot migration on a local cluster, 3 masters + 1 replica each "
+                f"(speed {cfg.speed:g}, {self.duration:.1f} s)",
+            ),
+            ("commands", f"{self.total_commands:,} total, {self.failed_commands:,} failed"),
+            (
+                "slots",
+                f"{self.slots_moved:,} slots and {self.keys_moved:,} keys moved "
+                f"{self.nodes.get('source', '?')} -> {self.nodes.get('target', '?')}",
+            ),
+            (
+                "redirections",
+                f"{redirections_text(self.redirections)}; slot-map refreshes: "
+                f"{self.refreshes:,} ({self.smigrated_refreshes:,} after SMIGRATED)",
+            ),
+            (
+                "relaxed timeouts",
+                f"peak {self.relaxed_peak:,} connections (from SMIGRATING to SMIGRATED), "
+                f"{self.relaxed_at_end:,} at the end",
+            ),
+            *latency_rows(self.latency),
+            (
+                "data check",
+                f"{'intact' if self.data_intact else 'WRITES LOST'}: {self.keys_checked:,} keys "
+                f"and {self.counters_checked:,} counters read back through the cluster client "
+                f"({self.keys_missing:,} missing, {self.keys_stale:,} stale, "
+                f"{self.counters_short:,} counters short)",
+            ),
         ]
-        for phase, stats in self.latency.items():
-            out.append(
-                f"latency {phase:>6}: n={stats['count']} p50={stats['p50'] * 1000:.2f} ms "
-                f"p99={stats['p99'] * 1000:.2f} ms max={stats['max'] * 1000:.2f} ms"
+        if self.errors:
+            rows.append(("errors", errors_text(self.errors)))
+        return rows
+
+
+def redirections_text(counts: dict[str, int]) -> str:
+    """``{"ask": 3, "moved": 1}`` as ``ASK 3, MOVED 1`` (``none`` when empty)."""
+    shown = [f"{name.upper()} {n:,}" for name, n in sorted(counts.items()) if n]
+    return ", ".join(shown) or "none"
+
+
+class _ClusterDemo:
+    def __init__(self, cfg: ClusterDemoConfig, observer: Observer) -> None:
+        self.cfg = cfg
+        self.observer = observer
+        self.report = ClusterDemoReport(cfg)
+        self.stats = WorkloadStats(start=trio.current_time())
+        self.names: dict[str, str] = {}
+        self.notifications = NotificationLog(observer, self.names)
+        self.report.notifications = self.notifications.entries
+        self.phase = "starting"
+        self.moving = ""
+
+    def now(self) -> float:
+        return trio.current_time() - self.stats.start
+
+    def step(self, label: str) -> None:
+        t = self.now()
+        self.report.timeline.append((t, label))
+        self.observer.event(t, label)
+
+    async def consume(self, rc: RedisCluster, name: str) -> None:
+        """Notifications received by the node client of ``name`` (once it exists)."""
+        while (client := rc.nodes.get(name)) is None:
+            await trio.sleep(0.01)
+        async with client.maintenance.events(max_buffer=4096) as events:
+            async for event in events:
+                if isinstance(event, NotificationReceived):
+                    self.notifications.add(self.now(), event)
+
+    async def refresh(self, rc: RedisCluster, stop: trio.Event) -> None:
+        while not stop.is_set():
+            now = self.now()
+            nodes = rc.nodes
+            relaxed = relaxation([c.maintenance for c in nodes.values()], trio.current_time())
+            self.report.relaxed_peak = max(self.report.relaxed_peak, relaxed.relaxed)
+            masters = len(rc.slot_map.masters)
+            self.observer.update(
+                Snapshot(
+                    elapsed=now,
+                    phase=self.phase,
+                    ops_per_second=recent_rate(self.stats.ops, now),
+                    total=len(self.stats.ops),
+                    failed=len(self.stats.failed_at),
+                    relaxed=relaxed.relaxed,
+                    endpoint=f"{masters} masters, {len(nodes)} node clients{self.moving}",
+                    extra=(
+                        ("redirections", redirections_text(dict(rc.redirections))),
+                        (
+                            "slot map",
+                            f"{rc.refreshes:,} refreshes ({rc.smigrated_refreshes:,} after "
+                            "SMIGRATED)",
+                        ),
+                    ),
+                )
             )
-        out.append(
-            f"data check: {self.keys_checked} keys, {self.keys_lost} acknowledged writes lost"
-        )
-        out.append("OK" if self.ok else "FAILED")
-        return out
+            await trio.sleep(0.25)
+
+    async def check(self, rc: RedisCluster) -> None:
+        """Read every acknowledged write back (newer values are fine: a failed write may
+        still have been applied)."""
+        report = self.report
+        acked = dict(self.stats.acked)
+        keys = sorted(acked)
+        report.keys_checked = len(keys)
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            async with rc.pipeline() as pipe:
+                for key in chunk:
+                    pipe.get(key)
+                values = await pipe.execute()
+            for key, value in zip(chunk, values, strict=True):
+                if value is None:
+                    report.keys_missing += 1
+                elif int(value.decode().rpartition(":")[2]) < acked[key]:
+                    report.keys_stale += 1
+        counts = dict(self.stats.increments)
+        report.counters_checked = len(counts)
+        for key, expected in counts.items():
+            value = await rc.get(key)
+            if value is None or int(value) < expected:
+                report.counters_short += 1
 
 
 async def run_cluster_demo(
-    cfg: ClusterDemoConfig | None = None, out: Callable[[str], None] | None = None
+    cfg: ClusterDemoConfig | None = None, observer: Observer | None = None
 ) -> ClusterDemoReport:
-    """Run the cluster demo and return its report; ``out`` gets progress lines.
+    """Run the cluster demo and return its report; ``observer`` (default: none) receives
+    the events, the notifications and the live numbers.
 
     :raises RedisServerNotFoundError: no ``redis-server`` binary.
     :raises ClusterError: the cluster did not form or a migration step failed.
     """
     cfg = cfg or ClusterDemoConfig()
-    say = out or (lambda _line: None)
-    report = ClusterDemoReport(cfg)
-    latencies: dict[str, list[float]] = {"before": [], "during": [], "after": []}
-    errors: Counter[str] = Counter()
-    acked: dict[str, int] = {}
-    uncertain: dict[str, int] = {}
-    phase = ["before"]
-    stop = trio.Event()
-    start = [trio.current_time()]
-
-    def mark(label: str) -> None:
-        report.timeline.append((trio.current_time() - start[0], label))
-        say(f"{trio.current_time() - start[0]:6.2f}s  {label}")
-
-    say(f"starting a cluster (3 masters + 1 replica each) behind simulators, {cfg.tasks} tasks")
+    demo = _ClusterDemo(cfg, observer if observer is not None else Silent())
+    report = demo.report
+    rng = random.Random(cfg.seed)
+    phase = cfg.phase_seconds
+    demo.observer.event(0.0, "starting a local cluster (3 masters + 1 replica each)")
     async with LocalCluster() as cluster, cluster.simulators() as sims:
         source, target = cluster.masters[:2]
         src, dst = sims[source.node_id], sims[target.node_id]
         src_name, dst_name = str(Endpoint(*src.address)), str(Endpoint(*dst.address))
+        demo.names.update({src_name: "source", dst_name: "target"})
+        report.nodes = {"source": src_name, "target": dst_name}
         async with open_redis_cluster(
             [s.url for s in sims.values()],
             pool_size=cfg.pool_size,
             maintenance=MaintConfig(mode="enabled"),
         ) as rc:
-            keys = [f"demo:{i}" for i in range(cfg.keys)]
-
-            async def task(index: int) -> None:
-                mine = keys[index :: cfg.tasks]
-                n = 0
-                while not stop.is_set() and mine:
-                    key = mine[n % len(mine)]
-                    n += 1
-                    started = trio.current_time()
-                    try:
-                        await rc.set(key, n)
-                        acked[key] = n
-                        await rc.get(key)
-                        report.total_commands += 2
-                    except RedisError as exc:
-                        uncertain[key] = n
-                        report.failed_commands += 1
-                        errors[type(exc).__name__] += 1
-                        await trio.sleep(0.01)
-                        continue
-                    latencies[phase[0]].append((trio.current_time() - started) / 2)
-
-            async def live() -> None:
-                last = 0
-                while not stop.is_set():
-                    await trio.sleep(1.0)
-                    client = rc.nodes.get(src_name)
-                    relaxed = (
-                        client.maintenance.state.relaxed_connections
-                        if client is not None and client.maintenance is not None
-                        else 0
-                    )
-                    report.relaxed_peak = max(report.relaxed_peak, relaxed)
-                    elapsed = trio.current_time() - start[0]
-                    say(
-                        f"{elapsed:6.2f}s  {report.total_commands - last:6d} "
-                        f"ops/s  failed {report.failed_commands}  relaxed {relaxed}  "
-                        f"redirections {dict(rc.redirections)}  refreshes {rc.refreshes}"
-                    )
-                    last = report.total_commands
-
+            keys = [f"demo:key:{i}" for i in range(cfg.keys)]
+            stop = trio.Event()
             async with trio.open_nursery() as nursery:
-                start[0] = trio.current_time()
-                for index in range(cfg.tasks):
-                    nursery.start_soon(task, index)
-                nursery.start_soon(live)
-                mark("steady traffic")
-                await trio.sleep(cfg.phase)
-                owned = set(cluster.slots_of(source))
-                with_keys = sorted({key_slot(k) for k in keys} & owned)
-                slots = with_keys[: cfg.slots]
-                spec = ",".join(str(s) for s in slots)
-                phase[0] = "during"
-                await src.inject_smigrating(slots=spec)
-                mark(f"SMIGRATING: {len(slots)} slots leave {src_name}")
-                await trio.sleep(0.1)
-                client = rc.nodes.get(src_name)
-                if client is not None and client.maintenance is not None:
-                    report.relaxed_peak = max(
-                        report.relaxed_peak, client.maintenance.state.relaxed_connections
+                nursery.start_soon(demo.consume, rc, src_name)
+                await trio.lowlevel.checkpoint()
+                demo.stats.start = trio.current_time()
+                nursery.start_soon(demo.refresh, rc, stop)
+                async with trio.open_nursery() as workers:
+                    for task in range(cfg.tasks):
+                        workers.start_soon(
+                            run_task, rc, demo.stats, task, cfg, stop, random.Random(rng.random())
+                        )
+                    demo.phase = "before"
+                    demo.step(
+                        f"workload: {cfg.tasks} tasks, pools of {cfg.pool_size} per node, "
+                        "a cluster of 3 masters + 1 replica each behind simulators"
                     )
-                report.keys_moved = await cluster.migrate_slots_async(
-                    slots,
-                    source,
-                    target,
-                    batch=20,
-                    pause=cfg.phase,
-                    on_phase=lambda p: trio.from_thread.run_sync(mark, f"slots {p}"),
-                )
-                await src.inject_smigrated([(src_name, dst_name, spec)])
-                mark(f"SMIGRATED: slots now on {dst_name}")
-                phase[0] = "after"
-                await trio.sleep(cfg.phase)
-                stop.set()
-                mark("stopping")
-            for key, value in acked.items():
-                got = await rc.get(key)
-                report.keys_checked += 1
-                allowed = {str(value).encode()}
-                if key in uncertain:
-                    allowed.add(str(uncertain[key]).encode())
-                if got not in allowed:
-                    report.keys_lost += 1
+                    await trio.sleep(phase)
+                    owned = set(cluster.slots_of(source))
+                    slots = sorted({key_slot(k) for k in keys} & owned)[: cfg.slots]
+                    spec = ",".join(str(s) for s in slots)
+                    demo.phase = "window"
+                    w_start = demo.now()
+                    demo.moving = f"; {len(slots)} slots moving {src_name} -> {dst_name}"
+                    seq = await src.inject_smigrating(slots=spec)
+                    demo.step(f"server: SMIGRATING seq={seq} sent: {len(slots)} slots leave source")
+
+                    def on_phase(name: str) -> None:
+                        what = {
+                            "migrating": "slots migrating: clients meet ASK",
+                            "migrated": "keys moved, the slots are the target's now",
+                        }
+                        trio.from_thread.run_sync(demo.step, f"server: {what.get(name, name)}")
+
+                    report.keys_moved = await cluster.migrate_slots_async(
+                        slots, source, target, batch=20, pause=phase, on_phase=on_phase
+                    )
+                    report.slots_moved = len(slots)
+                    seq = await src.inject_smigrated([(src_name, dst_name, spec)])
+                    demo.step(f"server: SMIGRATED seq={seq} sent: the slots are on target")
+                    demo.moving = ""
+                    window = (w_start, demo.now())
+                    demo.phase = "after"
+                    await trio.sleep(phase)
+                    stop.set()
+                end = demo.now()
+                demo.phase = "checking"
+                report.relaxed_at_end = relaxation(
+                    [c.maintenance for c in rc.nodes.values()], trio.current_time()
+                ).relaxed
+                nursery.cancel_scope.cancel()
+            await demo.check(rc)
             report.redirections = dict(rc.redirections)
             report.refreshes = rc.refreshes
             report.smigrated_refreshes = rc.smigrated_refreshes
-    report.errors = dict(errors)
-    report.latency = {name: latency_summary(values) for name, values in latencies.items()}
-    for line in report.lines():
-        say(line)
+    stats = demo.stats
+    report.duration = end
+    report.window = window
+    report.total_commands = len(stats.ops) + len(stats.failed_at)
+    report.failed_commands = len(stats.failed_at)
+    report.errors = dict(stats.errors)
+    report.latency, report.series = phase_summary(stats.ops, stats.failed_at, window, end)
     return report

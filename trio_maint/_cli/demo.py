@@ -24,7 +24,6 @@ from .. import (
     MaintenanceEvent,
     MaintenanceHandler,
     MalformedNotification,
-    Moving,
     MovingStarted,
     NotificationReceived,
     open_redis,
@@ -39,6 +38,7 @@ from ..testing import (
     free_port,
     migrate,
 )
+from .observe import NotificationLog, Silent, recent_rate, relaxation
 from .report import (
     FAILOVER_LATENCY,
     LEAD,
@@ -48,20 +48,11 @@ from .report import (
     DemoReport,
     Observer,
     Snapshot,
-    latency_summary,
-    percentile,
+    phase_summary,
 )
 from .workload import WorkloadStats, run_task
 
 __all__ = ["run_demo"]
-
-
-class _Silent:
-    def event(self, elapsed: float, text: str) -> None:
-        pass
-
-    def update(self, snapshot: Snapshot) -> None:
-        pass
 
 
 # ---------------------------------------------------------------------- server helpers
@@ -121,26 +112,6 @@ async def _promote(
 # --------------------------------------------------------------------------- the demo
 
 
-def _describe(n: Any, names: dict[str, str]) -> tuple[str, str]:
-    """(what arrived, what the client does) for a notification."""
-    name = n.NAME
-    seq = getattr(n, "seq_id", None)
-    head = f"{name} seq={seq}" if seq is not None else name
-    if isinstance(n, Moving):
-        if n.endpoint is None:
-            return (
-                f"{head} time={n.time:g}s endpoint=null",
-                f"reconnect to the same address in {n.time / 2:g} s",
-            )
-        where = str(n.endpoint)
-        label = names.get(where)
-        shown = f"{where} ({label})" if label else where
-        return (f"{head} time={n.time:g}s endpoint={shown}", f"hand connections off to {shown}")
-    if name in ("MIGRATING", "FAILING_OVER", "SMIGRATING"):
-        return head, "relax timeouts"
-    return head, "restore timeouts"
-
-
 class _Demo:
     def __init__(self, cfg: DemoConfig, observer: Observer) -> None:
         self.cfg = cfg
@@ -148,8 +119,9 @@ class _Demo:
         self.stats = WorkloadStats(start=trio.current_time())
         self.report = DemoReport(cfg)
         self.names: dict[str, str] = {}
+        self.notifications = NotificationLog(observer, self.names)
+        self.report.notifications = self.notifications.entries
         self.phase = "starting"
-        self.seen: dict[tuple[str, Any], dict[str, Any]] = {}
         self.client: Any = None
         self.handoff_failures = 0
         self.breaker_states: dict[str, str] = {}
@@ -169,18 +141,7 @@ class _Demo:
     def on_event(self, event: MaintenanceEvent) -> None:
         t = self.now()
         if isinstance(event, NotificationReceived):
-            n = event.notification
-            key = (n.NAME, getattr(n, "seq_id", None))
-            entry = self.seen.get(key)
-            if entry is None:
-                arrived, action = _describe(n, self.names)
-                entry = {"t": t, "name": n.NAME, "seq_id": key[1], "connections": 0}
-                entry["text"] = arrived
-                entry["action"] = action
-                self.seen[key] = entry
-                self.report.notifications.append(entry)
-                self.observer.event(t, f"{arrived} -> {action}")
-            entry["connections"] += 1
+            self.notifications.add(t, event)
         elif isinstance(event, HandoffSucceeded):
             label = self.names.get(event.endpoint, event.endpoint)
             self.observer.event(
@@ -223,35 +184,37 @@ class _Demo:
             self.breaker_states[key] = state
 
     async def refresh(self, handler: MaintenanceHandler, stop: trio.Event) -> None:
+        post_handoff = handler.machine.config.post_handoff_relaxed_duration
         while not stop.is_set():
             self.watch_breakers(handler)
             state = handler.state
             now = self.now()
-            ops = self.stats.ops
-            recent = 0
-            for started, _latency in reversed(ops):
-                if started < now - 1.0:
-                    break
-                recent += 1
-            span = min(1.0, max(now, 1e-3))
+            relaxed = relaxation([handler], trio.current_time())
+            self.report.relaxed_peak = max(self.report.relaxed_peak, relaxed.relaxed)
             endpoint = state.current_endpoint
             where = f"{self.names.get(endpoint, '?')} {endpoint}"
             if self.sims is not None:
                 sim_a, sim_b, a_server = self.sims
                 on_a = sum(1 for c in sim_a.connections if c.backend == a_server)
                 where = f"A {on_a} / B {len(sim_b.connections)} connections, new ones dial {where}"
+            until = relaxed.until
             self.observer.update(
                 Snapshot(
                     elapsed=now,
                     phase=self.phase,
-                    ops_per_second=recent / span,
-                    total=len(ops),
+                    ops_per_second=recent_rate(self.stats.ops, now),
+                    total=len(self.stats.ops),
                     failed=len(self.stats.failed_at),
-                    relaxed=state.relaxed_connections,
-                    pending=state.pending_handoffs,
-                    completed=state.completed_handoffs,
-                    handoff_failed=state.failed_handoffs,
+                    relaxed=relaxed.relaxed,
+                    handoffs=(
+                        state.pending_handoffs,
+                        state.completed_handoffs,
+                        state.failed_handoffs,
+                    ),
                     endpoint=where,
+                    relaxed_after_handoff=relaxed.after_handoff,
+                    relaxed_until=None if until is None else until - self.stats.start,
+                    post_handoff=post_handoff,
                 )
             )
             await trio.sleep(0.25)
@@ -409,34 +372,7 @@ class _Demo:
         report.total_commands = len(stats.ops) + len(stats.failed_at)
         report.failed_commands = len(stats.failed_at)
         report.errors = dict(stats.errors)
-        phases: dict[str, list[float]] = {"before": [], "during": [], "after": []}
-        for started, latency in stats.ops:
-            if started < window[0]:
-                phases["before"].append(latency)
-            elif started < window[1]:
-                phases["during"].append(latency)
-            else:
-                phases["after"].append(latency)
-        report.latency = {name: latency_summary(values) for name, values in phases.items()}
-        bucket = min(1.0, max(0.05, end / 80))
-        count = max(1, int(end / bucket))  # whole buckets only
-        per: list[list[float]] = [[] for _ in range(count)]
-        fails = [0] * count
-        for started, latency in stats.ops:
-            if int(started / bucket) < count:
-                per[int(started / bucket)].append(latency)
-        for t in stats.failed_at:
-            if int(t / bucket) < count:
-                fails[int(t / bucket)] += 1
-        report.series = [
-            {
-                "t": i * bucket,
-                "ops_per_second": len(values) / bucket,
-                "p99": percentile(sorted(values), 0.99),
-                "failed": fails[i],
-            }
-            for i, values in enumerate(per)
-        ]
+        report.latency, report.series = phase_summary(stats.ops, stats.failed_at, window, end)
 
 
 async def run_demo(cfg: DemoConfig, observer: Observer | None = None) -> DemoReport:
@@ -451,7 +387,7 @@ async def run_demo(cfg: DemoConfig, observer: Observer | None = None) -> DemoRep
     :param observer: receives events and live numbers (default: none).
     :raises DemoError: redis-server is missing or failed to start, or A's port is in use.
     """
-    observer = observer if observer is not None else _Silent()
+    observer = observer if observer is not None else Silent()
     demo = _Demo(cfg, observer)
     rng = random.Random(cfg.seed)
     try:
@@ -522,7 +458,10 @@ async def _drive(
         if cfg.scenario in ("failover", "unreachable"):
             # B follows A all along; the data check reads B once it caught up.
             await _replicate(admin_a, admin_b, server_a)
-        config = MaintConfig(endpoint_type=cfg.endpoint_type)
+        # The client's post-handoff relaxation follows the compressed timeline too.
+        config = MaintConfig(
+            endpoint_type=cfg.endpoint_type, post_handoff_relaxed_duration=cfg.post_handoff_relaxed
+        )
         async with open_redis(sim_a.url, pool_size=cfg.pool_size, maintenance=config) as r:
             handler = r.maintenance
             assert handler is not None
@@ -555,6 +494,7 @@ async def _drive(
                 state = handler.state
                 report.handoffs_completed = state.completed_handoffs
                 report.handoffs_failed = state.failed_handoffs
+                report.relaxed_at_end = relaxation([handler], trio.current_time()).relaxed
                 if handler.manager is not None:
                     report.breakers = [
                         {

@@ -12,15 +12,24 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn, TextIO
+from typing import Any, Final, NoReturn, TextIO
 
 import trio
 
 from .. import redact_text
 from .._net.groups import leaves
+from .cluster_demo import ClusterDemoConfig, ClusterDemoReport, run_cluster_demo
 from .demo import run_demo
-from .render import UsageError, make_view, render_report, rich_available, write_plot
-from .report import SCENARIOS, DemoConfig, DemoError
+from .logs import DEFAULT_LEVEL, LEVELS, cli_logging, parse_level
+from .render import (
+    UsageError,
+    make_view,
+    plot_hint,
+    render_report,
+    rich_available,
+    write_plot,
+)
+from .report import SCENARIOS, DemoConfig, DemoError, DemoReport
 
 __all__ = ["main", "main_entry"]
 
@@ -51,72 +60,67 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _cmd_cluster_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``trio-maint demo --cluster``: scenario (a) of docs/cluster.md with progress lines and
-    a report (JSON with ``--json``)."""
-    from ..testing import ClusterError, RedisServerNotFoundError
-    from .cluster_demo import ClusterDemoConfig, run_cluster_demo
-
-    for name in ("tasks", "pool_size", "keys"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    defaults = ClusterDemoConfig()
-    cfg = ClusterDemoConfig(
-        tasks=args.tasks or defaults.tasks,
-        keys=args.keys or defaults.keys,
-        pool_size=args.pool_size or defaults.pool_size,
-    )
-    json_to_stdout = args.json == "-"
-    view_out = err if json_to_stdout else out
-
-    def say(line: str) -> None:
-        print(line, file=view_out, flush=True)
-
+def _demo_config(args: argparse.Namespace) -> DemoConfig | ClusterDemoConfig:
+    """The demo's settings from the command line (defaults filled in)."""
+    mix = args.mix if args.mix is not None else (60, 30, 10)
     try:
-        report = trio.run(run_cluster_demo, cfg, say)
-    except (RedisServerNotFoundError, ClusterError) as exc:
-        raise DemoError(str(exc)) from None
-    if args.json:
-        text = json.dumps(report.as_dict(), indent=2)
-        if json_to_stdout:
-            print(text, file=out)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
-    return EXIT_OK if report.ok else EXIT_FAILED
-
-
-def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    if args.cluster:
-        return _cmd_cluster_demo(args, out, err)
-    try:
-        cfg = DemoConfig(
-            tasks=args.tasks if args.tasks is not None else 8,
+        if args.cluster:
+            defaults = ClusterDemoConfig()
+            return ClusterDemoConfig(
+                tasks=_given(args.tasks, defaults.tasks),
+                keys=_given(args.keys, defaults.keys),
+                pool_size=_given(args.pool_size, defaults.pool_size),
+                mix=mix,
+                speed=args.speed,
+                duration=args.duration,
+                seed=args.seed,
+            )
+        return DemoConfig(
+            tasks=_given(args.tasks, 8),
             duration=args.duration,
-            pool_size=args.pool_size if args.pool_size is not None else 4,
-            keys=args.keys if args.keys is not None else 1000,
-            mix=args.mix,
+            pool_size=_given(args.pool_size, 4),
+            keys=_given(args.keys, 1000),
+            mix=mix,
             speed=args.speed,
-            scenario=args.scenario,
-            port=args.port,
+            scenario=args.scenario or "moving",
+            port=args.port or 0,
             seed=args.seed,
-            data_move=args.data_move,
+            data_move=args.data_move or "stall",
         )
     except DemoError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _given(value: int | None, default: int) -> int:
+    return value if value is not None else default
+
+
+def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    cfg = _demo_config(args)
     if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            raise UsageError("--plot needs matplotlib: pip install 'trio-maint[plot]'") from None
+            raise UsageError(plot_hint()) from None
     json_to_stdout = args.json == "-"
     view_out = err if json_to_stdout else out
-    view = make_view(view_out, args.plain)
-    try:
-        report = trio.run(run_demo, cfg, view)
-    finally:
-        view.close()
+    report: DemoReport | ClusterDemoReport
+    if isinstance(cfg, ClusterDemoConfig):
+        from ..testing import ClusterError, RedisServerNotFoundError
+
+        view = make_view(view_out, args.plain, "trio-maint demo --cluster")
+        try:
+            report = trio.run(run_cluster_demo, cfg, view)
+        except (RedisServerNotFoundError, ClusterError) as exc:
+            raise DemoError(str(exc)) from None
+        finally:
+            view.close()
+    else:
+        view = make_view(view_out, args.plain)
+        try:
+            report = trio.run(run_demo, cfg, view)
+        finally:
+            view.close()
     if args.json:
         text = json.dumps(report.as_dict(), indent=2)
         if json_to_stdout:
@@ -130,6 +134,25 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         write_plot(report, args.plot)
         print(f"plot written to {args.plot}", file=view_out)
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+#: Demo options that do not apply to ``--cluster``, and why.
+CLUSTER_REFUSES: Final = {
+    "scenario": "the cluster demo has one scenario, a slot migration (SMIGRATING, ASK and "
+    "MOVED, SMIGRATED)",
+    "data_move": "the cluster moves its slots with MIGRATE, as redis-cli --cluster reshard",
+    "port": "the cluster's nodes and simulators take free ports of their own",
+}
+
+
+def check_demo_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, with ``parser.error`` (exit status 2), a demo option ``--cluster`` does not
+    use: no option is ignored silently."""
+    if not args.cluster:
+        return
+    for name, why in CLUSTER_REFUSES.items():
+        if getattr(args, name) is not None:
+            parser.error(f"--{name.replace('_', '-')} does not apply to --cluster: {why}")
 
 
 # -------------------------------------------------------------------------- monitor
@@ -211,7 +234,7 @@ def _cmd_simulate_ctl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     return EXIT_OK
 
 
-def _add_simulate(sub: Any) -> None:
+def _add_simulate(sub: Any, shared: argparse.ArgumentParser) -> None:
     from .simulate_control import INJECTIONS
     from .simulate_control import SCENARIOS as SIM_SCENARIOS
 
@@ -224,6 +247,9 @@ def _add_simulate(sub: Any) -> None:
             "MIGRATED, FAILING_OVER, FAILED_OVER) when told to by 'trio-maint simulate ctl' "
             "in another terminal, until Ctrl-C. Point any client at --listen."
         ),
+        epilog=SIMULATE_EXAMPLES,
+        formatter_class=_Help,
+        parents=[shared],
     )
     simulate.add_argument("--listen", metavar="HOST:PORT", help="where clients connect")
     simulate.add_argument(
@@ -250,6 +276,7 @@ def _add_simulate(sub: Any) -> None:
         help="drive a running 'trio-maint simulate'",
         description="Send one command to a running 'trio-maint simulate' over its control "
         "socket and print its answer. Exit status 1 if it refused or none runs.",
+        parents=[shared],
     )
     ctls = ctl.add_subparsers(dest="ctl", required=True, parser_class=_Parser)
 
@@ -263,7 +290,9 @@ def _add_simulate(sub: Any) -> None:
         p.set_defaults(func=_cmd_simulate_ctl)
 
     for kind in INJECTIONS:
-        p = ctls.add_parser(kind, help=f"send {kind.upper().replace('-', '_')} now")
+        p = ctls.add_parser(
+            kind, help=f"send {kind.upper().replace('-', '_')} now", parents=[shared]
+        )
         common(p)
         p.add_argument("--seq", type=int, help="the sequence id (default: the next one)")
         if kind == "moving":
@@ -279,7 +308,9 @@ def _add_simulate(sub: Any) -> None:
             )
         if kind != "moving":
             p.add_argument("--shard-ids", help="shard ids (default 1)")
-    scen = ctls.add_parser("scenario", help="run a built-in scenario (docs/simulate.md)")
+    scen = ctls.add_parser(
+        "scenario", help="run a built-in scenario (docs/simulate.md)", parents=[shared]
+    )
     common(scen)
     scen.add_argument("name", choices=SIM_SCENARIOS)
     scen.add_argument("--to", metavar="HOST:PORT", help="moving/maintenance/migrate: where to")
@@ -291,7 +322,9 @@ def _add_simulate(sub: Any) -> None:
     scen.add_argument("--work", type=float, help="seconds of work (default 1)")
     scen.add_argument("--compress", type=_positive_float, help="divide every delay by this")
     scen.add_argument("--wait", action="store_true", help="return when the scenario is over")
-    status = ctls.add_parser("status", help="endpoints, connections, the running scenario")
+    status = ctls.add_parser(
+        "status", help="endpoints, connections, the running scenario", parents=[shared]
+    )
     common(status, on=False)
 
 
@@ -308,13 +341,113 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {redact_text(message)}\n")
 
 
+MAIN_EXAMPLES: Final = """\
+examples:
+  trio-maint demo                    the maintenance timeline in real time (about 28 s)
+  trio-maint demo --speed 10         the same compressed ten times (about 3 s)
+  trio-maint demo --cluster          a slot migration on a local Redis Cluster
+  trio-maint monitor rediss://default:$PASSWORD@redis-12000.example.com:12000
+  trio-maint simulate --listen 127.0.0.1:7000 --upstream redis://127.0.0.1:6380 \\
+      --target 127.0.0.2:7000=redis://127.0.0.1:6381
+  trio-maint --log-level info demo   the library's INFO lines too
+
+Each command has its own --help. Logging: one line per record on stderr (UTC time,
+level, logger, message), repeats of a message held back for 10 s and counted.
+"""
+
+DEMO_EXAMPLES: Final = """\
+examples:
+  trio-maint demo                          real time: about 28 s (failover: 11 s)
+  trio-maint demo --speed 10               compressed: about 3 s (what nox -s demo runs)
+  trio-maint demo --speed 20 --json        the report as JSON on stdout, the view on stderr
+  trio-maint demo --scenario unreachable --plot demo.png
+  trio-maint demo --data-move migrate --tasks 32 --pool-size 8
+  trio-maint demo --cluster --plot cluster.png --json cluster.json
+
+The run takes the timeline's length divided by --speed (28 s at the default --speed 1:
+4 s of traffic, MIGRATING, 3 s, MIGRATED and MOVING with 15 s of time plus 2 s of
+grace, 4 s of traffic), plus about a second to start the servers. With --cluster:
+three phases of 1 s / --speed (traffic, the ASK phase, traffic) plus the key move,
+and a few seconds to start the cluster. --scenario, --data-move and --port do not
+apply to --cluster and are refused.
+"""
+
+MONITOR_EXAMPLES: Final = """\
+examples:
+  trio-maint monitor rediss://default:$PASSWORD@redis-12000.example.com:12000
+  trio-maint monitor redis://127.0.0.1:7000 --count 3      stop after three notifications
+  trio-maint monitor redis://127.0.0.1:7000 --duration 60
+
+Passwords are never printed: URLs are shown with the password hidden.
+"""
+
+SIMULATE_EXAMPLES: Final = """\
+examples (docs/simulate.md):
+  trio-maint simulate --listen 127.0.0.1:7000 --upstream redis://127.0.0.1:6380 \\
+      --target 127.0.0.2:7000=redis://127.0.0.1:6381
+  trio-maint simulate ctl scenario moving --wait       in another terminal
+  trio-maint simulate ctl migrating --time 2
+  trio-maint simulate ctl status --json
+"""
+
+
+def _version() -> str:
+    """``trio-maint X.Y.Z`` from the installed package's metadata, with Python's and
+    Trio's versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        mine = version("trio-maint")
+    except PackageNotFoundError:  # run from a checkout without installing
+        from .. import __version__ as mine
+    python = ".".join(str(n) for n in sys.version_info[:3])
+    return f"trio-maint {mine} (Python {python}, trio {trio.__version__})"
+
+
+class _Help(argparse.HelpFormatter):
+    """Descriptions filled to the terminal's width, examples (text with line breaks) kept
+    as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _log_level(text: str) -> int:
+    try:
+        return parse_level(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _common() -> _Parser:
+    """Options every command takes (also before the command's name)."""
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--log-level",
+        type=_log_level,
+        default=argparse.SUPPRESS,
+        metavar="LEVEL",
+        help=f"log records of LEVEL and above: {', '.join(LEVELS)} (default {DEFAULT_LEVEL})",
+    )
+    return common
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``trio-maint`` argument parser."""
+    common = _common()
+    raw = _Help
     parser = _Parser(
         prog="trio-maint",
         description="trio_maint's demo of hitless maintenance, a monitor for real servers, and "
         "a maintenance simulator for any client.",
+        epilog=MAIN_EXAMPLES,
+        formatter_class=raw,
+        parents=[common],
     )
+    parser.set_defaults(log_level=parse_level(DEFAULT_LEVEL))
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     demo = sub.add_parser(
         "demo",
@@ -323,9 +456,13 @@ def build_parser() -> argparse.ArgumentParser:
             "Start two redis-servers (A, and B that becomes its replica) behind maintenance "
             "simulators, run a concurrent workload through open_redis, drive the managed-"
             "Redis timeline (MIGRATING, MIGRATED, MOVING to B with the real data move, A's "
-            "connections closed when time runs out) and report. Exit status 1 if a command "
-            "failed or a write was lost."
+            "connections closed when time runs out) and report. With --cluster: a local Redis "
+            "Cluster and a slot migration instead. Exit status 1 if a command failed or a "
+            "write was lost."
         ),
+        epilog=DEMO_EXAMPLES,
+        formatter_class=raw,
+        parents=[common],
     )
     demo.add_argument(
         "--tasks", type=int, default=None, help="concurrent tasks (default 8; 100 with --cluster)"
@@ -334,7 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--duration",
         type=_positive_float,
         default=None,
-        help="seconds of traffic in all (default: the timeline's length at --speed)",
+        help="seconds of traffic in all (default: the timeline's length at --speed; with "
+        "--cluster split in three phases)",
     )
     demo.add_argument(
         "--pool-size",
@@ -348,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--mix",
         type=_mix,
-        default=(60, 30, 10),
+        default=None,
         metavar="R:W:P",
         help="weights of reads, writes and pipelines (default 60:30:10)",
     )
@@ -356,24 +494,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--speed",
         type=_positive_float,
         default=1.0,
-        help="compress the timeline by this factor (default 1: about 28 s)",
+        help="divide the timeline by this (default 1, real time: about 28 s; 10: about 3 s)",
     )
     demo.add_argument(
         "--scenario",
         choices=SCENARIOS,
-        default="moving",
+        default=None,
         help="moving (default), failover, none (null-endpoint MOVING) or unreachable "
         "(MOVING to a dead endpoint: the circuit breaker)",
     )
     demo.add_argument(
         "--data-move",
         choices=("stall", "migrate"),
-        default="stall",
+        default=None,
         help="how moving/none move the data: stall (default: B's endpoint holds traffic "
         "until B is promoted, A switches once idle) or migrate (trio_maint.testing.migrate: "
         "A switches first, then MOVING; writes in flight meet READONLY)",
     )
-    demo.add_argument("--port", type=int, default=0, help="port of endpoint A (default: free)")
+    demo.add_argument("--port", type=int, default=None, help="port of endpoint A (default: free)")
     demo.add_argument("--seed", type=int, default=None, help="seed of the workload")
     demo.add_argument(
         "--json",
@@ -392,9 +530,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the Redis Cluster demo instead: a real local cluster (3 masters + 1 "
         "replica each) behind simulators, SMIGRATING, a real migration of slots between "
-        "masters (MOVED/ASK), SMIGRATED; --tasks, --pool-size, --keys and --json apply",
+        "masters (MOVED/ASK), SMIGRATED; every other option applies but --scenario, "
+        "--data-move and --port",
     )
-    demo.set_defaults(func=_cmd_demo)
+    demo.set_defaults(func=_cmd_demo, check=check_demo_args, parser=demo)
 
     monitor = sub.add_parser(
         "monitor",
@@ -403,6 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
             "Connect to URL, opt in to maintenance notifications and print each one with a "
             "timestamp and what the client did about it, until interrupted (Ctrl-C)."
         ),
+        epilog=MONITOR_EXAMPLES,
+        formatter_class=raw,
+        parents=[common],
     )
     monitor.add_argument("url", help="redis://[[user]:password@]host[:port][/db] or rediss://")
     monitor.add_argument(
@@ -423,7 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="moving-endpoint-type to ask for (default: detected from the address)",
     )
     monitor.set_defaults(func=_cmd_monitor)
-    _add_simulate(sub)
+    _add_simulate(sub, common)
     return parser
 
 
@@ -433,13 +575,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     Errors a user can cause print one line, ``trio-maint: error: ...``, and return 2
     (usage) or 1 (the environment, e.g. redis-server missing or a server unreachable).
     No line shows a password: URLs are printed as :func:`trio_maint.redact_url` does.
+    Log records of ``--log-level`` and above are written to stderr, one line each, while
+    the command runs (:mod:`trio_maint._cli.logs`).
     """
     out = out if out is not None else sys.stdout
     err = sys.stderr
     parser = build_parser()
     args = parser.parse_args(argv)
+    check = getattr(args, "check", None)
+    if check is not None:
+        check(args.parser, args)
     try:
-        status: int = args.func(args, out, err)
+        with cli_logging(args.log_level):
+            status: int = args.func(args, out, err)
         return status
     except UsageError as exc:
         print(f"trio-maint: error: {redact_text(str(exc))}", file=err)

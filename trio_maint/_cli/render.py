@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from typing import Any, TextIO
+import sys
+from typing import Any, Protocol, TextIO
 
-from .report import DemoReport, Snapshot
+from .report import Snapshot
 
 __all__ = [
     "PlainView",
+    "Reportable",
     "RichView",
     "UsageError",
+    "draw_plot",
     "make_view",
+    "plot_hint",
+    "relaxed_text",
     "render_report",
     "rich_available",
+    "snapshot_rows",
     "timestamp",
     "write_plot",
 ]
@@ -26,18 +32,71 @@ class UsageError(Exception):
     """A bad argument (exit status 2)."""
 
 
+class Reportable(Protocol):
+    """What :func:`render_report` and :func:`write_plot` read of a demo's report."""
+
+    @property
+    def ok(self) -> bool:
+        """The run passed."""
+
+    @property
+    def heading(self) -> str:
+        """``"trio-maint demo"`` or ``"trio-maint demo --cluster"``."""
+
+    @property
+    def label(self) -> str:
+        """What ran, for the plot's title."""
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The report as ``(label, text)`` rows."""
+
+    total_commands: int
+    failed_commands: int
+    window: tuple[float, float]
+    notifications: list[dict[str, Any]]
+    series: list[dict[str, float]]
+
+
 def timestamp() -> str:
     """The current UTC time as ISO 8601 with milliseconds."""
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _ms(value: Any) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return f"{value * 1e3:.2f} ms"
-
-
 # ------------------------------------------------------------------------ live views
+
+
+def relaxed_text(s: Snapshot, *, short: bool = False) -> str:
+    """The relaxed-connections count and, when handoffs keep some relaxed, why (``short``:
+    for the plain status line)."""
+    count = f"{s.relaxed:,} relaxed" if short else f"{s.relaxed:,}"
+    if not s.relaxed_after_handoff:
+        return count
+    until = f", until {s.relaxed_until:.1f} s" if s.relaxed_until is not None else ""
+    if short:
+        return f"{count} ({s.relaxed_after_handoff:,} after a handoff{until})"
+    return (
+        f"{s.relaxed} ({s.relaxed_after_handoff} handed off: a connection keeps relaxed "
+        f"timeouts {s.post_handoff:g} s after its handoff, MaintConfig."
+        f"post_handoff_relaxed_duration{until})"
+    )
+
+
+def snapshot_rows(s: Snapshot) -> list[tuple[str, str]]:
+    """The live numbers as ``(label, text)`` rows."""
+    rows = [
+        ("elapsed", f"{s.elapsed:.1f} s ({s.phase})"),
+        ("ops/s", f"{s.ops_per_second:,.0f}"),
+        ("commands", f"{s.total:,} ok, {s.failed:,} failed"),
+        ("relaxed connections", relaxed_text(s)),
+    ]
+    if s.handoffs is not None:
+        pending, completed, failed = s.handoffs
+        rows.append(
+            ("handoffs", f"{pending:,} pending, {completed:,} completed, {failed:,} failed")
+        )
+    rows.append(("traffic", s.endpoint))
+    rows.extend(s.extra)
+    return rows
 
 
 class PlainView:
@@ -48,32 +107,55 @@ class PlainView:
         self.last = -math.inf
 
     def event(self, elapsed: float, text: str) -> None:
+        """Print an event with its time."""
         print(f"[{elapsed:8.3f}s] {text}", file=self.out, flush=True)
 
+    def notification(self, elapsed: float, text: str) -> None:
+        """Print a notification with its time."""
+        self.event(elapsed, text)
+
     def update(self, s: Snapshot) -> None:
+        """Print the numbers, at most once a second."""
         if s.elapsed - self.last < 1.0:
             return
         self.last = s.elapsed
+        parts = [
+            f"{s.ops_per_second:,.0f} ops/s",
+            f"{s.total:,} ok",
+            f"{s.failed:,} failed",
+            relaxed_text(s, short=True),
+        ]
+        if s.handoffs is not None:
+            pending, completed, failed = s.handoffs
+            parts.append(f"handoffs {pending:,} pending / {completed:,} done / {failed:,} failed")
+        extra = "".join(f"; {label} {text}" for label, text in s.extra)
         print(
-            f"[{s.elapsed:8.3f}s] {s.phase}: {s.ops_per_second:,.0f} ops/s, {s.total:,} ok, "
-            f"{s.failed} failed, {s.relaxed} relaxed, handoffs {s.pending} pending / "
-            f"{s.completed} done / {s.handoff_failed} failed; {s.endpoint}",
+            f"[{s.elapsed:8.3f}s] {s.phase}: {', '.join(parts)}; {s.endpoint}{extra}",
             file=self.out,
             flush=True,
         )
 
     def close(self) -> None:
-        pass
+        """Nothing to close."""
 
 
 class RichView:
-    """A ``rich.live.Live`` panel: numbers on top, the latest events below."""
+    """A ``rich.live.Live`` panel: numbers on top, then every notification (the first
+    ones are kept), then the latest events.
 
-    def __init__(self, out: TextIO) -> None:
+    :param title: the top panel's title.
+    """
+
+    #: Lines of the notification and event panels.
+    NOTIFICATIONS, EVENTS = 8, 10
+
+    def __init__(self, out: TextIO, title: str = "trio-maint demo") -> None:
         from rich.console import Console
         from rich.live import Live
 
+        self.title = title
         self.console = Console(file=out)
+        self.notifications: list[str] = []
         self.events: list[str] = []
         self.snapshot: Snapshot | None = None
         self.live = Live(self._render(), console=self.console, refresh_per_second=8)
@@ -87,34 +169,42 @@ class RichView:
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold")
         table.add_column()
-        s = self.snapshot
-        if s is not None:
-            table.add_row("elapsed", f"{s.elapsed:.1f} s ({s.phase})")
-            table.add_row("ops/s", f"{s.ops_per_second:,.0f}")
-            table.add_row("commands", f"{s.total:,} ok, [red]{s.failed}[/] failed")
-            table.add_row("relaxed connections", str(s.relaxed))
-            table.add_row(
-                "handoffs",
-                f"{s.pending} pending, [green]{s.completed}[/] completed, "
-                f"[red]{s.handoff_failed}[/] failed",
-            )
-            table.add_row("traffic", s.endpoint)
-        log = "\n".join(self.events[-12:]) or "(waiting)"
+        if self.snapshot is not None:
+            for label, text in snapshot_rows(self.snapshot):
+                table.add_row(label, text)
+        shown = self.notifications
+        if len(shown) > self.NOTIFICATIONS:
+            # the first, a count of those left out, the latest
+            left_out = len(shown) - self.NOTIFICATIONS + 1
+            shown = [shown[0], f"[dim]({left_out} more)[/]", *shown[-self.NOTIFICATIONS + 2 :]]
         return Group(
-            Panel(table, title="trio-maint demo"), Panel(log, title="notifications and events")
+            Panel(table, title=self.title),
+            Panel("\n".join(shown) or "(none yet)", title="notifications received"),
+            Panel("\n".join(self.events[-self.EVENTS :]) or "(waiting)", title="events"),
         )
 
-    def event(self, elapsed: float, text: str) -> None:
+    def _line(self, elapsed: float, text: str) -> str:
         from rich.markup import escape
 
-        self.events.append(f"[dim]{elapsed:7.3f}s[/] {escape(text)}")
+        return f"[dim]{elapsed:7.3f}s[/] {escape(text)}"
+
+    def event(self, elapsed: float, text: str) -> None:
+        """Add an event (the panel shows the latest)."""
+        self.events.append(self._line(elapsed, text))
+        self.live.update(self._render())
+
+    def notification(self, elapsed: float, text: str) -> None:
+        """Add a notification (the panel keeps the first ones)."""
+        self.notifications.append(self._line(elapsed, text))
         self.live.update(self._render())
 
     def update(self, s: Snapshot) -> None:
+        """Show new numbers."""
         self.snapshot = s
         self.live.update(self._render())
 
     def close(self) -> None:
+        """Stop the live display (its last state stays on screen)."""
         self.live.stop()
 
 
@@ -127,78 +217,48 @@ def rich_available() -> bool:
     return True
 
 
-def make_view(out: TextIO, plain: bool) -> PlainView | RichView:
+def make_view(out: TextIO, plain: bool, title: str = "trio-maint demo") -> PlainView | RichView:
     """The rich view on a terminal with rich installed (unless ``plain``), else plain text."""
     if not plain and out.isatty() and rich_available():
-        return RichView(out)
+        return RichView(out, title)
     return PlainView(out)
 
 
 # --------------------------------------------------------------------------- reports
 
 
-def render_report(report: DemoReport, out: TextIO, *, use_rich: bool) -> None:
-    """Print the end-of-run report (a rich table on a terminal, else plain text)."""
-    d = report.as_dict()
-    rows = [
-        ("scenario", f"{d['scenario']} (speed {d['speed']:g}, {d['duration']:.1f} s)"),
-        ("commands", f"{d['commands']['total']:,} total, {d['commands']['failed']} failed"),
-        (
-            "handoffs",
-            f"{d['handoffs']['completed']} completed, {d['handoffs']['failed']} failed "
-            f"({d['handoffs']['connections_moved']} connections told to move)",
-        ),
-    ]
-    for phase in ("before", "during", "after"):
-        lat = d["latency"][phase]
-        rows.append(
-            (
-                f"latency {phase}",
-                f"p50 {_ms(lat['p50'])}, p99 {_ms(lat['p99'])}, max {_ms(lat['max'])} "
-                f"({lat['count']:,} ops)",
-            )
-        )
-    check = d["data_check"]
-    rows.append(
-        (
-            "data check",
-            f"{'intact' if check['intact'] else 'WRITES LOST'}: {check['keys_checked']:,} keys "
-            f"and {check['counters_checked']} counters read back from {check['server']} "
-            f"({check['missing']} missing, {check['stale']} stale, "
-            f"{check['counters_short']} counters short)",
-        )
-    )
-    for b in d["breakers"]:
-        if not b["opened"]:
-            continue
-        rows.append(
-            (
-                "circuit breaker",
-                f"{b['endpoint']}: {b['state']} (opened {b['opened']} time(s)); traffic stayed "
-                "where it was",
-            )
-        )
-    if d["commands"]["errors"]:
-        rows.append(("errors", ", ".join(f"{k}: {v}" for k, v in d["commands"]["errors"].items())))
-    verdict = "PASS" if d["ok"] else "FAIL"
+def render_report(report: Reportable, out: TextIO, *, use_rich: bool) -> None:
+    """Print the end-of-run report, ``"<heading>: PASS"`` (or ``FAIL``) then its rows: a
+    rich table on a terminal, else plain text."""
+    verdict = "PASS" if report.ok else "FAIL"
+    rows = report.rows()
     if use_rich:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"trio-maint demo: {verdict}", show_header=False)
+        table = Table(title=f"{report.heading}: {verdict}", show_header=False)
         table.add_column(style="bold")
         table.add_column()
         for key, value in rows:
             table.add_row(key, value)
         Console(file=out).print(table)
         return
-    print(f"trio-maint demo: {verdict}", file=out)
+    print(f"{report.heading}: {verdict}", file=out)
     for key, value in rows:
-        print(f"  {key:15} {value}", file=out)
+        print(f"  {key:16} {value}", file=out)
 
 
-def write_plot(report: DemoReport, path: str) -> None:
-    """Draw ops/s and p99 latency over time, with the notifications marked, to ``path``.
+def plot_hint() -> str:
+    """How to install matplotlib for the Python running this command."""
+    return (
+        f"--plot needs matplotlib (extra 'plot'): {sys.executable} -m pip install matplotlib "
+        "(or, from a checkout: pip install -e '.[plot]')"
+    )
+
+
+def draw_plot(report: Reportable) -> Any:
+    """A matplotlib figure of ops/s and p99 latency over time, the maintenance window
+    shaded and the notifications marked; both axes start at zero.
 
     :raises UsageError: matplotlib is not installed (extra ``plot``).
     """
@@ -208,7 +268,7 @@ def write_plot(report: DemoReport, path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'trio-maint[plot]'") from None
+        raise UsageError(plot_hint()) from None
     series = report.series
     t = [p["t"] for p in series]
     fig, (ax_ops, ax_p99) = plt.subplots(2, 1, sharex=True, figsize=(10, 6))
@@ -226,6 +286,9 @@ def write_plot(report: DemoReport, path: str) -> None:
             ax.axvspan(report.window[0], report.window[1], color="0.9", zorder=0)
         for n in report.notifications:
             ax.axvline(n["t"], color="tab:red", linestyle="--", linewidth=0.8)
+        # From zero: a dip of noise must not look like an outage.
+        ax.set_ylim(bottom=0)
+        ax.set_xlim(left=0)
     for i, n in enumerate(report.notifications):
         ax_ops.annotate(
             n["name"],
@@ -236,12 +299,24 @@ def write_plot(report: DemoReport, path: str) -> None:
             fontsize=8,
             color="tab:red",
         )
-    failed = report.failed_commands
     fig.suptitle(
-        f"trio-maint demo ({report.config.scenario}): {report.total_commands:,} commands, "
-        f"{failed} failed\ngrey: the maintenance window; red: notifications",
+        f"{report.label}: {report.total_commands:,} commands, {report.failed_commands:,} "
+        "failed\ngrey: the maintenance window; red: notifications",
         fontsize=11,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def write_plot(report: Reportable, path: str) -> None:
+    """Draw :func:`draw_plot`'s figure to ``path`` (PNG, or as its suffix says).
+
+    :raises UsageError: matplotlib is not installed (extra ``plot``).
+    """
+    fig = draw_plot(report)
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)

@@ -5,19 +5,24 @@ numbers a view shows (:class:`Snapshot`, :class:`Observer`)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Final, Literal, Protocol
+from typing import Any, ClassVar, Final, Literal, Protocol
 
 import attrs
 
 __all__ = [
+    "POST_HANDOFF_RELAXED",
     "SCENARIOS",
     "DemoConfig",
     "DemoError",
     "DemoReport",
     "Observer",
     "Snapshot",
+    "errors_text",
+    "latency_rows",
     "latency_summary",
+    "ms",
     "percentile",
+    "phase_summary",
 ]
 
 #: The maintenance timelines ``--scenario`` accepts.
@@ -39,6 +44,10 @@ MOVING_TIME: Final = 15  # MOVING's ``time``
 GRACE: Final = 2.0  # the old endpoint closes this long after ``time`` runs out
 AFTER: Final = 4.0  # traffic after the window
 FAILOVER_LATENCY: Final = 0.2  # seconds added to replies while a failover works
+#: How long a connection handed off keeps relaxed timeouts at speed 1 (seconds):
+#: ``MaintConfig.post_handoff_relaxed_duration``'s default, 2 x ``relaxed_timeout``. The
+#: demo divides it by ``--speed`` like the rest of its timeline.
+POST_HANDOFF_RELAXED: Final = 20.0
 
 
 class DemoError(Exception):
@@ -135,6 +144,18 @@ class DemoConfig:
         return rest, rest
 
     @property
+    def length(self) -> float:
+        """Seconds of traffic in all: before, the window, after (``float``)."""
+        before, after = self.phases
+        return before + self.window + after
+
+    @property
+    def post_handoff_relaxed(self) -> float:
+        """``post_handoff_relaxed_duration`` the demo's client uses (seconds, ``float``):
+        :data:`POST_HANDOFF_RELAXED` divided by ``speed``."""
+        return POST_HANDOFF_RELAXED / self.speed
+
+    @property
     def endpoint_type(self) -> str:
         """The ``moving-endpoint-type`` the demo's client asks for."""
         return "none" if self.scenario == "none" else "internal-ip"
@@ -160,6 +181,77 @@ def latency_summary(values: list[float]) -> dict[str, float | int]:
         "p99": percentile(ordered, 0.99),
         "max": ordered[-1] if ordered else math.nan,
     }
+
+
+def phase_summary(
+    ops: list[tuple[float, float]],
+    failed_at: list[float],
+    window: tuple[float, float],
+    end: float,
+) -> tuple[dict[str, dict[str, float | int]], list[dict[str, float]]]:
+    """Latency per phase and the time series of a run.
+
+    :param ops: ``(started, latency)`` of each command (seconds from the start).
+    :param failed_at: when each failed command ended (seconds from the start).
+    :param window: the maintenance window (start, end) in seconds.
+    :param end: the end of traffic in seconds.
+    :returns: ``({"before"|"during"|"after": latency_summary}, series)``, the series a
+        list of ``{"t", "ops_per_second", "p99", "failed"}`` per bucket (at most 80
+        buckets of 0.05 to 1 s, whole buckets only).
+    """
+    phases: dict[str, list[float]] = {"before": [], "during": [], "after": []}
+    for started, seconds in ops:
+        if started < window[0]:
+            phases["before"].append(seconds)
+        elif started < window[1]:
+            phases["during"].append(seconds)
+        else:
+            phases["after"].append(seconds)
+    latency = {name: latency_summary(values) for name, values in phases.items()}
+    bucket = min(1.0, max(0.05, end / 80))
+    count = max(1, int(end / bucket))
+    per: list[list[float]] = [[] for _ in range(count)]
+    fails = [0] * count
+    for started, seconds in ops:
+        if int(started / bucket) < count:
+            per[int(started / bucket)].append(seconds)
+    for t in failed_at:
+        if int(t / bucket) < count:
+            fails[int(t / bucket)] += 1
+    series = [
+        {
+            "t": i * bucket,
+            "ops_per_second": len(values) / bucket,
+            "p99": percentile(sorted(values), 0.99),
+            "failed": fails[i],
+        }
+        for i, values in enumerate(per)
+    ]
+    return latency, series
+
+
+def ms(value: Any) -> str:
+    """Seconds as milliseconds with two decimals (``-`` for none)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value * 1e3:,.2f} ms"
+
+
+def latency_rows(latency: dict[str, dict[str, float | int]]) -> list[tuple[str, str]]:
+    """One report row per phase of :func:`phase_summary`'s latency."""
+    return [
+        (
+            f"latency {phase}",
+            f"p50 {ms(lat['p50'])}, p99 {ms(lat['p99'])}, max {ms(lat['max'])} "
+            f"({lat['count']:,} ops)",
+        )
+        for phase, lat in latency.items()
+    ]
+
+
+def errors_text(errors: dict[str, int]) -> str:
+    """``{"ConnectionError": 3}`` as ``ConnectionError: 3``."""
+    return ", ".join(f"{name}: {count:,}" for name, count in errors.items())
 
 
 @attrs.define
@@ -190,6 +282,61 @@ class DemoReport:
     notifications: list[dict[str, Any]] = attrs.field(factory=list)
     series: list[dict[str, float]] = attrs.field(factory=list)
     breakers: list[dict[str, Any]] = attrs.field(factory=list)
+    relaxed_peak: int = 0
+    relaxed_at_end: int = 0
+
+    #: The first words of the report's verdict line.
+    heading: ClassVar[str] = "trio-maint demo"
+
+    @property
+    def label(self) -> str:
+        """What ran, for titles (``str``)."""
+        return f"trio-maint demo ({self.config.scenario})"
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The report as ``(label, text)`` rows (numbers with thousands separators)."""
+        d = self.as_dict()
+        cfg = self.config
+        moved = d["handoffs"]["connections_moved"]
+        rows = [
+            ("scenario", f"{cfg.scenario} (speed {cfg.speed:g}, {self.duration:.1f} s)"),
+            ("commands", f"{self.total_commands:,} total, {self.failed_commands:,} failed"),
+            (
+                "handoffs",
+                f"{self.handoffs_completed:,} completed, {self.handoffs_failed:,} failed "
+                f"({moved:,} connections told to move)",
+            ),
+        ]
+        relaxed = f"peak {self.relaxed_peak:,} connections, {self.relaxed_at_end:,} at the end"
+        if self.handoffs_completed:
+            relaxed += (
+                f"; a connection handed off keeps relaxed timeouts {cfg.post_handoff_relaxed:g} s "
+                "after its handoff (MaintConfig.post_handoff_relaxed_duration, by default "
+                f"2 x relaxed_timeout = {POST_HANDOFF_RELAXED:g} s; divided by --speed here)"
+            )
+        rows.append(("relaxed timeouts", relaxed))
+        rows += latency_rows(self.latency)
+        rows.append(
+            (
+                "data check",
+                f"{'intact' if self.data_intact else 'WRITES LOST'}: {self.keys_checked:,} keys "
+                f"and {self.counters_checked:,} counters read back from {self.checked_on} "
+                f"({self.keys_missing:,} missing, {self.keys_stale:,} stale, "
+                f"{self.counters_short:,} counters short)",
+            )
+        )
+        for b in self.breakers:
+            if b["opened"]:
+                rows.append(
+                    (
+                        "circuit breaker",
+                        f"{b['endpoint']}: {b['state']} (opened {b['opened']:,} time(s)); "
+                        "traffic stayed where it was",
+                    )
+                )
+        if self.errors:
+            rows.append(("errors", errors_text(self.errors)))
+        return rows
 
     @property
     def data_intact(self) -> bool:
@@ -237,6 +384,11 @@ class DemoReport:
                     "connections_moved": self.connections_moved,
                 },
                 "latency": self.latency,
+                "relaxed": {
+                    "peak": self.relaxed_peak,
+                    "at_end": self.relaxed_at_end,
+                    "post_handoff_seconds": cfg.post_handoff_relaxed,
+                },
                 "window": {"start": self.window[0], "end": self.window[1]},
                 "data_check": {
                     "server": self.checked_on,
@@ -261,7 +413,17 @@ class DemoReport:
 
 @attrs.frozen
 class Snapshot:
-    """What the live view shows, refreshed a few times a second."""
+    """What the live view shows, refreshed a few times a second.
+
+    :ivar relaxed: connections whose timeouts are relaxed (``int``), of which
+        ``relaxed_after_handoff`` only because they were handed off (a connection keeps
+        relaxed timeouts ``post_handoff`` seconds after its handoff, until
+        ``relaxed_until`` seconds from the start at the latest, ``None`` if none is).
+    :ivar handoffs: ``(pending, completed, failed)``, or ``None`` where nothing is handed
+        off (the cluster demo).
+    :ivar endpoint: where traffic goes (``str``).
+    :ivar extra: more ``(label, text)`` rows (the cluster's redirections).
+    """
 
     elapsed: float
     phase: str
@@ -269,17 +431,22 @@ class Snapshot:
     total: int
     failed: int
     relaxed: int
-    pending: int
-    completed: int
-    handoff_failed: int
     endpoint: str
+    handoffs: tuple[int, int, int] | None = None
+    relaxed_after_handoff: int = 0
+    relaxed_until: float | None = None
+    post_handoff: float = 0.0
+    extra: tuple[tuple[str, str], ...] = ()
 
 
 class Observer(Protocol):
     """Receives the demo's progress (the command line's live view)."""
 
     def event(self, elapsed: float, text: str) -> None:
-        """Something happened (a notification, a handoff, a timeline step)."""
+        """Something happened (a handoff, a timeline step)."""
+
+    def notification(self, elapsed: float, text: str) -> None:
+        """A maintenance notification arrived (the first connection's copy)."""
 
     def update(self, snapshot: Snapshot) -> None:
         """Periodic numbers."""

@@ -5,14 +5,28 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
 
-from .report import DemoConfig
+__all__ = ["WorkloadSettings", "WorkloadStats", "run_task"]
 
-__all__ = ["WorkloadStats", "run_task"]
+
+class WorkloadSettings(Protocol):
+    """What the workload reads of a demo's settings (both demos' configs have these)."""
+
+    @property
+    def tasks(self) -> int:
+        """Concurrent tasks; task ``i`` writes keys ``i``, ``i + tasks``, ..."""
+
+    @property
+    def keys(self) -> int:
+        """Size of the key space ``demo:key:0`` ... ``demo:key:{keys - 1}``."""
+
+    @property
+    def mix(self) -> tuple[int, int, int]:
+        """Relative weights of reads, writes and pipelines."""
 
 
 @attrs.define
@@ -34,8 +48,17 @@ class WorkloadStats:
 
 
 async def run_task(
-    r: Any, stats: WorkloadStats, task: int, cfg: DemoConfig, stop: trio.Event, rng: random.Random
+    r: Any,
+    stats: WorkloadStats,
+    task: int,
+    cfg: WorkloadSettings,
+    stop: trio.Event,
+    rng: random.Random,
 ) -> None:
+    """One workload task until ``stop``: reads (``GET`` of any key), writes (``SET`` of a
+    counter to a key of its own) and pipelines (two ``SET``, a ``GET``, an ``INCR`` of its
+    counter key) through ``r`` (a :class:`~trio_maint.Redis` or
+    :class:`~trio_maint.RedisCluster`), recording each in ``stats``."""
     own = list(range(task, cfg.keys, cfg.tasks))
     counter = 0
     count_key = f"demo:count:{task}"
