@@ -246,6 +246,45 @@ def _defines_tests(code: str) -> bool:
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.runs], ids=lambda b: b.name)
 def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    _run_block(block, tmp_path, request)
+
+
+def test_the_runner(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A shell block runs with the venv's scripts on PATH and the address swapped; wrong
+    output and a failing program fail."""
+    doc = "\n".join(
+        [
+            "<!-- run -->",
+            "```sh",
+            ".venv/bin/trio-maint --help > /dev/null",
+            "echo redis://localhost:6379",
+            "```",
+            "<!-- output -->",
+            "```text",
+            "redis://localhost:6379",
+            "```",
+            "```python",
+            "print('a', 1)",
+            "```",
+            "<!-- output -->",
+            "```text",
+            "a 2",
+            "```",
+            "```python",
+            "raise SystemExit(3)",
+            "```",
+        ]
+    )
+    shell, _, wrong, _, failing = parse(doc, tmp_path / "x.md")[0]
+    assert ":6379" not in _run_block(shell, tmp_path, request)
+    with pytest.raises(AssertionError, match=r"The docs show:\s+a 2"):
+        _run_block(wrong, tmp_path, request)
+    with pytest.raises(AssertionError, match="exited with 3"):
+        _run_block(failing, tmp_path, request)
+
+
+def _run_block(block: Block, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """Run ``block`` against throwaway servers and check its output; returns the code run."""
     code = block.code
     ports: dict[int, int] = {}  # the throwaway port -> the port the docs show
     with RedisServer() as server:
@@ -284,3 +323,4 @@ def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
         assert checker.check_output(block.output, out, flags), (
             f"{block.name} printed:\n{out}\nThe docs show:\n{block.output}"
         )
+    return code
