@@ -19,14 +19,16 @@ ROOT = PACKAGE.parent
 MAX_LINES = 650
 
 #: What each layer may import from trio_maint, besides itself. "api" is the public API
-#: (``trio_maint`` and ``trio_maint.lowlevel``).
+#: (``trio_maint``, ``trio_maint.lowlevel`` and the optional exporters ``trio_maint.otel``
+#: and ``trio_maint.prometheus``, over the ``_telemetry`` shell).
 ALLOWED: dict[str, set[str]] = {
     "_sansio": set(),
     "_net": {"_sansio"},
     "_maint": {"_sansio", "_net"},
     "_client": {"_sansio", "_net", "_maint"},
     "_cluster": {"_sansio", "_net", "_maint", "_client"},
-    "api": {"_sansio", "_net", "_maint", "_client", "_cluster"},
+    "_telemetry": {"_sansio", "_net", "_maint", "_client", "_cluster"},
+    "api": {"_sansio", "_net", "_maint", "_client", "_cluster", "_telemetry"},
     "testing": {"_sansio", "api"},
     "_cli": {"api", "testing"},
 }
@@ -51,7 +53,7 @@ def _modules() -> list[tuple[str, Path]]:
 
 def _layer(module: str) -> str:
     parts = module.split(".")
-    if module in ("trio_maint", "trio_maint.lowlevel"):
+    if module in ("trio_maint", "trio_maint.lowlevel", "trio_maint.otel", "trio_maint.prometheus"):
         return "api"
     if module == "trio_maint.__main__":
         return "__main__"

@@ -36,6 +36,7 @@ from .._sansio.retry import (
 )
 from .._sansio.scripts import first_calls_as_eval
 from .._sansio.unset import UNSET, Unset
+from .observe import CommandObserver
 from .script import PipelineScripting, resend_noscript
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ class Pipeline(PipelineScripting, PipelineCommands):
         self._blocking = False
         self._reply_wait: float | Literal[Unset.UNSET] | None = UNSET
         self._conn: Connection | None = None
+        self._observing = False  # execute() runs inside _observed_execute
         self.watching = False
         self._explicit_multi = False
         # A command of redis-py's immediate mode (after watch(), before multi()), run when
@@ -256,6 +258,9 @@ class Pipeline(PipelineScripting, PipelineCommands):
         :raises ConnectionError, TimeoutError: the pipeline's connection failed; commands
             may or may not have run.
         """
+        observer = self._client._observer
+        if observer is not None and not self._observing:  # the one check (observe.py)
+            return await self._observed_execute(observer, raise_on_error)
         self._check_no_immediate()
         stack, self._stack = self._stack, []
         if self._blocking:
@@ -274,6 +279,17 @@ class Pipeline(PipelineScripting, PipelineCommands):
             return await self._execute_pipeline(stack, raise_on_error)
         finally:
             await self.reset()
+
+    async def _observed_execute(self, observer: CommandObserver, raise_on_error: bool) -> list[Any]:
+        """:meth:`execute` reported to ``observer`` as one operation (``MULTI`` for a
+        transaction, else ``PIPELINE``)."""
+        transaction = self.transaction or self._explicit_multi
+        self._observing = True
+        try:
+            run = self.execute(raise_on_error)
+            return await observer.pipeline(self._client, transaction, len(self._stack), run)
+        finally:
+            self._observing = False
 
     async def _run(
         self, commands: list[tuple[CommandArg, ...]], *, transaction: bool = False

@@ -32,6 +32,7 @@ from .._sansio.loglimit import log_limited
 from .._sansio.options import ClientOptions
 from .._sansio.pubsub import CONFIRMATIONS, Ack, AckQueue, Message, slot_groups, to_message
 from .._sansio.resp import PushNotification
+from .observe import CommandObserver
 
 __all__ = ["Message", "PubSub"]
 
@@ -82,6 +83,8 @@ class PubSub:
         self._buffer: deque[Message] = deque()  # read, not yet returned
         self._reading = False  # a task is reading a frame
         self._changed = trio.Event()  # set (and replaced) after each frame and on close
+        # An attached exporter (set by Redis.pubsub, see observe.py), else None.
+        self._observer: CommandObserver | None = None
 
     @property
     def connection(self) -> Connection | None:
@@ -468,6 +471,8 @@ class PubSub:
             return
         if message.type in CONFIRMATIONS:
             self._acks.confirmation(conn, message.type, message.channel)
+        elif self._observer is not None:  # the one check (observe.py)
+            self._observer.pubsub_message(self._options, message.type)
         self._buffer.append(message)
 
     def _settle(self, acks: list[Ack]) -> None:

@@ -24,6 +24,7 @@ from .._sansio.replies import Callback, apply_callback
 from .._sansio.resp import CommandArg
 from .._sansio.retry import STANDALONE_POLICY, Finish, RetryState, WaitForMoving, classify
 from .._sansio.unset import UNSET, Unset
+from .observe import CommandObserver
 from .pipeline import Pipeline, caller_deadline
 from .pubsub import PubSub
 from .script import Scripting
@@ -74,6 +75,8 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
         #: whether maintenance handling is on.
         self.maintenance: MaintenanceHandler = maintenance
         self._pubsubs: weakref.WeakSet[PubSub] = weakref.WeakSet()
+        # An attached exporter (trio_maint.otel, trio_maint.prometheus), else None.
+        self._observer: CommandObserver | None = None
 
     def __repr__(self) -> str:
         return f"<Redis {self.options.address_text} db={self.options.db}>"
@@ -107,7 +110,11 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
         callback: Callback | None = None,
         *,
         timeout: float | Literal[Unset.UNSET] | None = UNSET,
+        _observed: bool = False,
     ) -> Any:
+        if self._observer is not None and not _observed:  # the one check (observe.py)
+            run = self._command(args, callback, timeout=timeout, _observed=True)
+            return await self._observer.command(self, args[0], run)
         pool = self.pool
         conn = await pool.acquire_for_reply()
         try:
@@ -203,6 +210,7 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
                 on_close=link.close,
             )
             link.attach(pubsub)
+        pubsub._observer = self._observer  # its received messages (observe.py)
         # Closed with the client (open_redis's block), like the pool's connections.
         self._pubsubs.add(pubsub)
         if self.closed:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
+from .._client.observe import CommandObserver
 from .._client.pipeline import caller_deadline
 from .._client.redis import Redis, open_redis
 from .._client.script import Scripting
@@ -144,6 +145,9 @@ class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
         self.smigrated_refreshes = 0
         self.redirections: collections.Counter[str] = collections.Counter()
         self.last_refresh_error: BaseException | None = None
+        # An attached exporter (trio_maint.otel, trio_maint.prometheus), else None; node
+        # clients get it too (_client/observe.py).
+        self._observer: CommandObserver | None = None
 
     def __repr__(self) -> str:
         return f"<RedisCluster {len(self._map.masters)} masters, {len(self._nodes)} nodes>"
@@ -215,8 +219,14 @@ class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
                 if handler is not None and handler.config.enabled:
                     handler.add_hook(SlotMigrationHook(self, node))
                 node.client = client
+                if self._observer is not None:
+                    self._observer.node_started(client)
                 node.ready.set()
-                await node.closing.wait()
+                try:
+                    await node.closing.wait()
+                finally:
+                    if self._observer is not None:
+                        self._observer.node_stopped(client)
         except Exception as exc:  # pragma: no cover - open_redis only fails on bad options
             node.error = exc
             logger.exception("node %s stopped", node.name)
@@ -286,11 +296,15 @@ class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
         args: tuple[CommandArg, ...],
         slot: int | None,
         timeout: float | Literal[Unset.UNSET] | None = UNSET,
+        _observed: bool = False,
     ) -> Any:
         """Run one command where ``slot`` lives and return its reply (error replies
         raised). A loop driven by the retry policy (``retry_policy``): the first attempt
         allocates nothing for retries; only a retryable outcome creates the command's
         :class:`RetryState`, whose decisions redirect, wait and resend, or raise."""
+        if self._observer is not None and not _observed:  # the one check (observe.py)
+            run = self._execute(args, slot, timeout, _observed=True)
+            return await self._observer.cluster_command(self, args[0], slot, run)
         read = self.read_from_replicas and is_readonly(args)
         state: RetryState | None = None
         ask_node: Node | None = None

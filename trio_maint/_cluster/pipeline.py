@@ -73,6 +73,7 @@ class ClusterPipeline(PipelineScripting, PipelineCommands):
         # write waits for its commands' timeouts too (pipeline_reply_timeout).
         self._blocking = False
         self._blocking_run = False
+        self._observing = False  # execute() runs inside the observer's pipeline()
 
     def __len__(self) -> int:
         return len(self._stack)
@@ -135,6 +136,15 @@ class ClusterPipeline(PipelineScripting, PipelineCommands):
             whose connection failed after the write (it may have run; without
             ``raise_on_error`` the error is in its place); a transaction raises it always.
         """
+        observer = self._cluster._observer
+        if observer is not None and not self._observing:  # the one check (_client/observe.py)
+            self._observing = True
+            try:
+                run = self.execute(raise_on_error)
+                size = len(self._stack)
+                return await observer.pipeline(self._cluster, self.transaction, size, run)
+            finally:
+                self._observing = False
         stack, self._stack = self._stack, []
         self._blocking_run, self._blocking = self._blocking, False
         if not stack:

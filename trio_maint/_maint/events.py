@@ -17,6 +17,7 @@ import trio
 from .._sansio.config import MaintMode
 from .._sansio.endpoint import EndpointType
 from .._sansio.events import (
+    CircuitBreakerChanged,
     EventsDropped,
     HandoffFailed,
     HandoffQueued,
@@ -39,6 +40,7 @@ DEFAULT_EVENT_BUFFER: Final = 256
 
 __all__ = [
     "DEFAULT_EVENT_BUFFER",
+    "CircuitBreakerChanged",
     "EventHub",
     "EventStream",
     "EventsDropped",
@@ -145,6 +147,12 @@ class EventHub:
         on_event = getattr(hook, "on_event", None)
         if callable(on_event):
             self._observers = (*self._observers, on_event)
+
+    def remove_hook(self, hook: NotificationHook) -> None:
+        """Unregister ``hook`` and its ``on_event`` (no error if it is not registered)."""
+        self.hooks = tuple(h for h in self.hooks if h is not hook)
+        on_event = getattr(hook, "on_event", None)
+        self._observers = tuple(o for o in self._observers if o != on_event)
 
     def stream(self, max_buffer: int) -> EventStream:
         """A new :class:`EventStream` (already ended when the hub is closed)."""

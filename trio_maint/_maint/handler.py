@@ -23,7 +23,7 @@ import trio
 from .._net.connection import Connection, PushHandler
 from .._net.groups import unwrap_group
 from .._net.pool import ConnectionPool, Disposition
-from .._sansio.breaker import BreakerStats
+from .._sansio.breaker import BreakerState, BreakerStats, CircuitBreaker
 from .._sansio.config import MaintConfig, MaintMode
 from .._sansio.endpoint import Endpoint, EndpointType, detect_endpoint_type
 from .._sansio.errors import (
@@ -35,6 +35,7 @@ from .._sansio.errors import (
     RedisError,
 )
 from .._sansio.events import (
+    CircuitBreakerChanged,
     MalformedNotification,
     MovingRefused,
     NotificationReceived,
@@ -136,6 +137,7 @@ class MaintenanceHandler:
         self._links: dict[int, PubSubLink] = {}
         self._link_ids = itertools.count(-1, -1)
         self._hub = EventHub()
+        self.machine.breakers.on_change = self._breaker_changed
         self._work: deque[Action] = deque()
         self._working = False
         self._wake = math.inf
@@ -535,6 +537,17 @@ class MaintenanceHandler:
         """Register a :class:`~trio_maint.NotificationHook` (appended; runs after earlier
         ones)."""
         self._hub.add_hook(hook)
+
+    def remove_hook(self, hook: NotificationHook) -> None:
+        """Unregister ``hook`` (its ``on_event`` too); nothing happens if it is not
+        registered."""
+        self._hub.remove_hook(hook)
+
+    def _breaker_changed(self, breaker: CircuitBreaker, old: BreakerState, now: float) -> None:
+        if self._hub.listening:
+            self._hub.emit(
+                CircuitBreakerChanged(str(breaker.endpoint), old.value, breaker.state.value, now)
+            )
 
     @property
     def hooks(self) -> tuple[NotificationHook, ...]:

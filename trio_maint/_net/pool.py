@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Protocol
@@ -27,7 +28,7 @@ from .._sansio.loglimit import log_limited
 from .connection import Connection
 from .timer import ReplyTimer
 
-__all__ = ["ConnectionPool", "Disposition", "PoolHook", "PoolStats"]
+__all__ = ["ConnectionPool", "Disposition", "PoolHook", "PoolObserver", "PoolStats"]
 
 logger = logging.getLogger("trio_maint.pool")
 
@@ -61,6 +62,20 @@ class PoolHook(Protocol):
 
     def on_remove(self, conn: Connection, reason: str) -> None:
         """After ``conn`` was closed and forgotten; ``reason`` says why."""
+        ...
+
+
+class PoolObserver(Protocol):
+    """Told how long acquisitions and dials took (the optional exporters,
+    docs/observability.md); see :meth:`ConnectionPool.observe`."""
+
+    def connection_wait(self, pool: ConnectionPool, seconds: float) -> None:
+        """An acquisition ended after ``seconds`` (``float``), whether it got a
+        connection or raised."""
+        ...
+
+    def connection_created(self, pool: ConnectionPool, seconds: float) -> None:
+        """A new connection was dialed and handshaken in ``seconds`` (``float``)."""
         ...
 
 
@@ -137,6 +152,7 @@ class ConnectionPool:
         self._closed = False
         self._hits = self._misses = self._timeouts = 0
         self._stale = self._created = self._removed = 0
+        self._observer: PoolObserver | None = None
 
     # ------------------------------------------------------------ introspection
 
@@ -153,6 +169,32 @@ class ConnectionPool:
             created=self._created,
             removed=self._removed,
         )
+
+    @property
+    def waiting(self) -> int:
+        """Tasks waiting for a connection now (``int``): for a free slot of
+        ``pool_size``, or at ``max_active_conns`` for a connection to go idle or close."""
+        return self._borrow.statistics().tasks_waiting + self._change_waiters
+
+    def observe(self, observer: PoolObserver | None) -> None:
+        """Report each acquisition's wait and each dial's duration to ``observer``
+        (``None``: stop). A pool nobody observes pays nothing for it: the timed
+        acquisition replaces :meth:`acquire_for_reply` on this instance only, and the
+        dial is timed on the dial path."""
+        self._observer = observer
+        vars(self).pop("acquire_for_reply", None)
+        if observer is None:
+            return
+        untimed = self.acquire_for_reply
+
+        async def acquire_for_reply(*, schedule: bool = False) -> Connection:
+            start = time.perf_counter()
+            try:
+                return await untimed(schedule=schedule)
+            finally:
+                observer.connection_wait(self, time.perf_counter() - start)
+
+        vars(self)["acquire_for_reply"] = acquire_for_reply
 
     @property
     def connections(self) -> list[Connection]:
@@ -314,12 +356,16 @@ class ConnectionPool:
         active = self._active
         if active is not None and not holding_active:
             active.acquire_nowait()
+        start = time.perf_counter()
         try:
             conn = await self.dial()
         except BaseException:
             if active is not None:
                 active.release()
             raise
+        observer = self._observer
+        if observer is not None:
+            observer.connection_created(self, time.perf_counter() - start)
         self._all[conn.id] = conn
         if self._closed:
             self._remove(conn, "pool closed")  # the hooks forget it; the token is released

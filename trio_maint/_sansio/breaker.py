@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Final
 
 import attrs
@@ -25,7 +26,13 @@ from .config import MaintConfig
 from .endpoint import Endpoint
 from .loglimit import log_limited
 
-__all__ = ["BreakerRegistry", "BreakerState", "BreakerStats", "CircuitBreaker"]
+__all__ = [
+    "BreakerListener",
+    "BreakerRegistry",
+    "BreakerState",
+    "BreakerStats",
+    "CircuitBreaker",
+]
 
 logger = logging.getLogger("trio_maint.breaker")
 
@@ -68,6 +75,10 @@ class BreakerStats:
     opened: int
 
 
+#: ``listener(breaker, old_state, now)``: a :class:`CircuitBreaker` changed state.
+BreakerListener = Callable[["CircuitBreaker", BreakerState, float], None]
+
+
 class CircuitBreaker:
     """The breaker of one endpoint.
 
@@ -77,6 +88,8 @@ class CircuitBreaker:
         (``float`` >= 0, default 60.0).
     :param max_requests: trial dials admitted per half-open episode, and successes needed
         to close (``int`` >= 1, default 3).
+    :param on_change: ``on_change(breaker, old_state, now)``, called after each change
+        of state (not on :meth:`reset`), or ``None``.
     :raises ValueError: a parameter is out of range.
     """
 
@@ -87,6 +100,7 @@ class CircuitBreaker:
         failure_threshold: int = 5,
         reset_timeout: float = 60.0,
         max_requests: int = 3,
+        on_change: BreakerListener | None = None,
     ) -> None:
         if failure_threshold < 1:
             raise ValueError("failure_threshold: must be >= 1")
@@ -106,6 +120,12 @@ class CircuitBreaker:
         self._last_success: float | None = None
         self._half_open_since = 0.0
         self._opened = 0
+        self.on_change = on_change
+
+    def _set(self, state: BreakerState, now: float) -> None:
+        old, self._state = self._state, state
+        if old is not state and self.on_change is not None:
+            self.on_change(self, old, now)
 
     @property
     def state(self) -> BreakerState:
@@ -150,10 +170,10 @@ class CircuitBreaker:
         return True
 
     def _enter_half_open(self, now: float) -> None:
-        self._state = BreakerState.HALF_OPEN
         self._requests = 0
         self._successes = 0
         self._half_open_since = now
+        self._set(BreakerState.HALF_OPEN, now)
         # Per breaker, and MOVINGs choose the endpoints: rate-limited across breakers.
         log_limited(
             logger,
@@ -174,8 +194,8 @@ class CircuitBreaker:
             self._state is BreakerState.CLOSED and self._failures >= self.failure_threshold
         ):
             reopened = self._state is BreakerState.HALF_OPEN
-            self._state = BreakerState.OPEN
             self._opened += 1
+            self._set(BreakerState.OPEN, now)
             log_limited(
                 logger,
                 logging.WARNING,
@@ -202,9 +222,9 @@ class CircuitBreaker:
         elif self._state is BreakerState.HALF_OPEN:
             self._successes += 1
             if self._successes >= self.max_requests:
-                self._state = BreakerState.CLOSED
                 self._failures = 0
                 self._requests = 0
+                self._set(BreakerState.CLOSED, now)
                 log_limited(
                     logger,
                     logging.INFO,
@@ -284,6 +304,10 @@ class BreakerRegistry:
         self._last_prune: float | None = None
         #: Breakers dropped because the registry was full (``int``).
         self.evicted = 0
+        #: Called after any breaker of the registry changed state (a
+        #: :data:`BreakerListener`), or ``None``: the maintenance shell reports it as a
+        #: :class:`~trio_maint.CircuitBreakerChanged` event.
+        self.on_change: BreakerListener | None = None
 
     @classmethod
     def from_config(cls, config: MaintConfig, *, max_size: int = 1024) -> BreakerRegistry:
@@ -312,6 +336,7 @@ class BreakerRegistry:
                 failure_threshold=threshold,
                 reset_timeout=reset_timeout,
                 max_requests=max_requests,
+                on_change=self._changed,
             )
             while len(self._breakers) >= self.max_size:
                 self._breakers.popitem(last=False)
@@ -321,6 +346,11 @@ class BreakerRegistry:
             self._breakers.move_to_end(endpoint)
         self._breakers[endpoint] = (breaker, now)
         return breaker
+
+    def _changed(self, breaker: CircuitBreaker, old: BreakerState, now: float) -> None:
+        listener = self.on_change
+        if listener is not None:
+            listener(breaker, old, now)
 
     def peek(self, endpoint: Endpoint) -> CircuitBreaker | None:
         """The breaker of ``endpoint`` if there is one (``None`` otherwise); creates

@@ -16,6 +16,7 @@ import attrs
 from .notifications import Notification
 
 __all__ = [
+    "CircuitBreakerChanged",
     "EventsDropped",
     "HandoffFailed",
     "HandoffQueued",
@@ -141,6 +142,21 @@ class MaintenanceDisabled:
 
 
 @attrs.frozen
+class CircuitBreakerChanged:
+    """The circuit breaker of a handoff target changed state (docs/maintenance.md).
+
+    :ivar endpoint: the endpoint it guards, ``host:port`` text;
+    :ivar old / new: the states, ``"closed"``, ``"open"`` or ``"half-open"`` (``str``);
+    :ivar time: when it changed (``float``, Trio's clock).
+    """
+
+    endpoint: str
+    old: str
+    new: str
+    time: float
+
+
+@attrs.frozen
 class EventsDropped:
     """This stream's consumer was too slow: ``count`` (``int``) oldest events were
     discarded just before this one was delivered."""
@@ -158,5 +174,6 @@ MaintenanceEvent: TypeAlias = (
     | HandoffSucceeded
     | HandoffFailed
     | MaintenanceDisabled
+    | CircuitBreakerChanged
     | EventsDropped
 )

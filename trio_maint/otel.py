@@ -1,0 +1,213 @@
+"""OpenTelemetry metrics and spans for a trio_maint client (the ``otel`` extra:
+``pip install 'trio-maint[otel]'``, which brings ``opentelemetry-api``; configure an SDK, or
+any other implementation, yourself).
+
+::
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    import trio_maint.otel
+
+    async with trio_maint.open_redis(url) as r:
+        with trio_maint.otel.instrument(r, meter_provider=MeterProvider(...)):
+            ...
+
+:func:`instrument` records, following OpenTelemetry's semantic conventions for database
+clients, ``db.client.operation.duration`` per command and pipeline, the pool metrics
+(``db.client.connection.*``) and the maintenance metrics whose names go-redis and redis-py
+use (``redis.client.maintenance.notifications``, ``redis.client.connection.handoff``, ...);
+each maintenance window becomes a span whose events are its notifications and handoffs.
+docs/observability.md lists every name, unit and attribute, and the mapping to go-redis and
+redis-py. Nothing is recorded for a client that is not instrumented: the command path then
+pays one ``is None`` check (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.context import Context
+from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+
+from . import __version__
+from ._sansio.telemetry import (
+    METRICS,
+    Attributes,
+    Kind,
+    MetricSpec,
+    error_type,
+    pool_observations,
+)
+from ._sansio.telemetry_window import WindowClosed, WindowEvent, WindowOpened
+from ._telemetry.handle import Instrumentation
+from ._telemetry.shell import Client, ClientTelemetry
+
+__all__ = ["INSTRUMENTATION_NAME", "Instrumentation", "instrument"]
+
+#: The instrumentation scope (meter and tracer name): ``"trio_maint"``.
+INSTRUMENTATION_NAME = "trio_maint"
+
+
+class _Instruments:
+    """The instruments of one meter provider, shared by every client instrumented with
+    it; the observable ones read the pools of :attr:`shells` when the reader collects."""
+
+    def __init__(self, meter: Meter) -> None:
+        self.shells: list[ClientTelemetry] = []  # once per open handle
+        self.counters: dict[MetricSpec, Any] = {}
+        self.histograms: dict[MetricSpec, Any] = {}
+        for spec in METRICS:
+            name, unit, text = spec.name, spec.unit, spec.description
+            if spec.kind is Kind.HISTOGRAM:
+                self.histograms[spec] = meter.create_histogram(
+                    name, unit, text, explicit_bucket_boundaries_advisory=list(spec.buckets)
+                )
+            elif spec.kind is Kind.COUNTER:
+                self.counters[spec] = meter.create_counter(name, unit, text)
+            else:
+                callback = functools.partial(self._observe, spec)
+                if spec.kind is Kind.OBSERVED_UPDOWN:
+                    meter.create_observable_up_down_counter(name, [callback], unit, text)
+                else:
+                    meter.create_observable_counter(name, [callback], unit, text)
+
+    def _observe(self, spec: MetricSpec, options: CallbackOptions) -> Iterable[Observation]:
+        found = []
+        for shell in dict.fromkeys(self.shells):  # once each, in order
+            if shell.client.closed:
+                continue
+            for snapshot in shell.snapshots():
+                for metric, value, attributes in pool_observations(snapshot):
+                    if metric is spec:
+                        found.append(Observation(value, attributes))
+        return found
+
+
+_by_provider: weakref.WeakKeyDictionary[MeterProvider, _Instruments] = weakref.WeakKeyDictionary()
+
+
+def _instruments(provider: MeterProvider) -> _Instruments:
+    found = _by_provider.get(provider)
+    if found is None:
+        meter = provider.get_meter(INSTRUMENTATION_NAME, __version__)
+        found = _by_provider[provider] = _Instruments(meter)
+    return found
+
+
+class _Sink:
+    """What one :func:`instrument` call records (see ``_telemetry.shell.Sink``)."""
+
+    def __init__(
+        self, instruments: _Instruments, tracer: Tracer, command_spans: bool, window_spans: bool
+    ) -> None:
+        self.instruments = instruments
+        self.tracer = tracer
+        self.command_spans = command_spans
+        self.window_spans = window_spans
+        self.windows: dict[object, Span] = {}
+
+    def add(self, metric: MetricSpec, value: int, attributes: Attributes) -> None:
+        self.instruments.counters[metric].add(value, attributes)
+
+    def record(self, metric: MetricSpec, value: float, attributes: Attributes) -> None:
+        self.instruments.histograms[metric].record(value, attributes)
+
+    def span(
+        self,
+        name: str,
+        start_ns: int,
+        end_ns: int,
+        attributes: Attributes,
+        error: BaseException | None,
+    ) -> None:
+        span = self.tracer.start_span(
+            name, kind=SpanKind.CLIENT, attributes=attributes, start_time=start_ns
+        )
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error_type(error)))
+        span.end(end_time=end_ns)
+
+    def window(
+        self, key: object, output: WindowOpened | WindowEvent | WindowClosed, time_ns: int
+    ) -> None:
+        if not self.window_spans:
+            return
+        if isinstance(output, WindowOpened):
+            # A root span: a window is nobody's request.
+            self.windows[key] = self.tracer.start_span(
+                f"redis maintenance {output.kind}",
+                context=Context(),
+                attributes=output.attributes,
+                start_time=time_ns,
+            )
+            return
+        span = self.windows.get(key)
+        if span is None:
+            return
+        if isinstance(output, WindowEvent):
+            span.add_event(output.name, output.attributes, timestamp=time_ns)
+        else:
+            del self.windows[key]
+            span.set_attributes(output.attributes)
+            span.end(end_time=time_ns)
+
+    def close(self) -> None:
+        """End the spans of windows still open (the shell ended them unless another
+        exporter keeps the client instrumented)."""
+        windows, self.windows = self.windows, {}
+        for span in windows.values():
+            span.set_attribute("redis.client.maintenance.window.closed_by", "detached")
+            span.end()
+
+
+def instrument(
+    client: Client,
+    *,
+    meter_provider: MeterProvider | None = None,
+    tracer_provider: TracerProvider | None = None,
+    spans: bool = False,
+    window_spans: bool = True,
+) -> Instrumentation:
+    """Record ``client``'s metrics (and spans) through OpenTelemetry until the returned
+    handle is closed (``with instrument(r): ...`` or ``handle.close()``).
+
+    Call it inside the Trio run, on an open client: a :class:`~trio_maint.Redis` (its
+    pool, maintenance handler and pub/sub) or a :class:`~trio_maint.RedisCluster` (its
+    routed commands and pipelines, and every node's pool and handler, nodes started later
+    included). Several clients may share a provider; one client may be instrumented
+    several times (each handle records on its own provider).
+
+    :param meter_provider: where metrics go (default: the global one,
+        ``opentelemetry.metrics.get_meter_provider()``); the meter is named
+        :data:`INSTRUMENTATION_NAME` with trio_maint's version.
+    :param tracer_provider: where spans go (default: the global one).
+    :param spans: also make a ``CLIENT`` span per command and pipeline (``bool``, default
+        ``False``: commands are many), named by ``db.operation.name``, with the metric's
+        attributes (plus ``db.operation.batch.size`` for pipelines) and an ``ERROR``
+        status whose description is ``error.type``; it is a child of the current span.
+    :param window_spans: make a root span per maintenance window (``bool``, default
+        ``True``), ``redis maintenance <KIND>``, the notifications and handoffs as its
+        events.
+    :returns: an :class:`Instrumentation` (``close()``, context manager).
+    :raises TypeError: ``client`` is not a trio_maint client.
+    :raises RuntimeError: the client is closed, or this is not inside a Trio run.
+    """
+    provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+    tracers = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+    ClientTelemetry.check(client)
+    instruments = _instruments(provider)
+    tracer = tracers.get_tracer(INSTRUMENTATION_NAME, __version__)
+    shell = ClientTelemetry.of(client)
+    sink = _Sink(instruments, tracer, spans, window_spans)
+    shell.add_sink(sink)
+    instruments.shells.append(shell)  # once per handle
+
+    def on_close() -> None:
+        sink.close()
+        instruments.shells.remove(shell)
+
+    return Instrumentation(client, shell, sink, on_close)

@@ -1,0 +1,189 @@
+"""Prometheus metrics for a trio_maint client (the ``prometheus`` extra:
+``pip install 'trio-maint[prometheus]'``, which brings ``prometheus-client``).
+
+::
+
+    import prometheus_client
+    import trio_maint.prometheus
+
+    registry = prometheus_client.CollectorRegistry()
+    async with trio_maint.open_redis(url) as r:
+        with trio_maint.prometheus.instrument(r, registry=registry):
+            prometheus_client.start_http_server(9100, registry=registry)  # a thread
+            ...
+
+:func:`instrument` registers the metrics of :mod:`trio_maint.otel` on ``registry``, named
+as OpenTelemetry's Prometheus exporter would name them (dots become underscores, ``_seconds``
+for durations, ``_total`` for counters: ``db_client_operation_duration_seconds``,
+``redis_client_connection_handoff_total``, ...; docs/observability.md lists them). The
+gauges (``db_client_connection_count``, ``redis_client_connection_relaxed_timeout``, ...)
+are read from the clients at each scrape; the rest is recorded as it happens. There are no
+spans: maintenance windows are the ``redis_client_maintenance_window_duration_seconds``
+histogram.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import prometheus_client
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from ._sansio.telemetry import (
+    METRICS,
+    Attributes,
+    AttrValue,
+    Kind,
+    MetricSpec,
+    pool_observations,
+)
+from ._sansio.telemetry_window import WindowClosed, WindowEvent, WindowOpened
+from ._telemetry.handle import Instrumentation
+from ._telemetry.shell import Client, ClientTelemetry
+
+__all__ = ["Instrumentation", "instrument", "metric_names"]
+
+_OBSERVED = tuple(s for s in METRICS if s.kind in (Kind.OBSERVED_UPDOWN, Kind.OBSERVED_COUNTER))
+
+
+def _text(value: AttrValue | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _values(spec: MetricSpec, attributes: Attributes) -> tuple[str, ...]:
+    return tuple(_text(attributes.get(label)) for label in spec.labels)
+
+
+def _family(spec: MetricSpec) -> GaugeMetricFamily | CounterMetricFamily:
+    name = spec.prometheus_name
+    labels = spec.prometheus_labels
+    if spec.kind is Kind.OBSERVED_COUNTER:
+        return CounterMetricFamily(name.removesuffix("_total"), spec.description, labels=labels)
+    return GaugeMetricFamily(name, spec.description, labels=labels)
+
+
+class _Metrics(Collector):
+    """The metrics of one registry, shared by every client instrumented on it; as a
+    collector it reports the gauges of :attr:`shells` at each scrape."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.shells: list[ClientTelemetry] = []  # once per open handle
+        self.metrics: dict[MetricSpec, Any] = {}
+        self.children: dict[tuple[MetricSpec, tuple[str, ...]], Any] = {}
+        for spec in METRICS:
+            name, text, labels = spec.prometheus_name, spec.description, spec.prometheus_labels
+            if spec.kind is Kind.HISTOGRAM:
+                self.metrics[spec] = prometheus_client.Histogram(
+                    name, text, labels, registry=registry, buckets=spec.buckets
+                )
+            elif spec.kind is Kind.COUNTER:
+                self.metrics[spec] = prometheus_client.Counter(
+                    name.removesuffix("_total"), text, labels, registry=registry
+                )
+        registry.register(self)
+
+    def child(self, spec: MetricSpec, attributes: Attributes) -> Any:
+        """The labelled child of ``spec`` for ``attributes`` (cached)."""
+        values = _values(spec, attributes)
+        key = (spec, values)
+        found = self.children.get(key)
+        if found is None:
+            found = self.children[key] = self.metrics[spec].labels(*values)
+        return found
+
+    def describe(self) -> Iterable[Metric]:
+        """The gauge families, without samples (for the registry's name check)."""
+        return [_family(spec) for spec in _OBSERVED]
+
+    def collect(self) -> Iterable[Metric]:
+        """The gauges of every instrumented client, read now (the scrape's thread)."""
+        families = {spec: _family(spec) for spec in _OBSERVED}
+        for shell in dict.fromkeys(self.shells):
+            if shell.client.closed:
+                continue
+            for snapshot in shell.snapshots():
+                for spec, value, attributes in pool_observations(snapshot):
+                    families[spec].add_metric(_values(spec, attributes), value)
+        return list(families.values())
+
+
+_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, _Metrics] = weakref.WeakKeyDictionary()
+
+
+class _Sink:
+    """What one :func:`instrument` call records (see ``_telemetry.shell.Sink``)."""
+
+    command_spans = False
+
+    def __init__(self, metrics: _Metrics) -> None:
+        self.metrics = metrics
+
+    def add(self, metric: MetricSpec, value: int, attributes: Attributes) -> None:
+        self.metrics.child(metric, attributes).inc(value)
+
+    def record(self, metric: MetricSpec, value: float, attributes: Attributes) -> None:
+        self.metrics.child(metric, attributes).observe(value)
+
+    def span(
+        self,
+        name: str,
+        start_ns: int,
+        end_ns: int,
+        attributes: Attributes,
+        error: BaseException | None,
+    ) -> None:
+        """No spans in Prometheus."""
+
+    def window(
+        self, key: object, output: WindowOpened | WindowEvent | WindowClosed, time_ns: int
+    ) -> None:
+        """No spans in Prometheus (windows are the window-duration histogram)."""
+
+
+def metric_names() -> list[str]:
+    """The names of the metric families :func:`instrument` registers, as exposed
+    (``list[str]``), e.g. ``"db_client_operation_duration_seconds"``."""
+    return [spec.prometheus_name for spec in METRICS]
+
+
+def instrument(client: Client, *, registry: CollectorRegistry | None = None) -> Instrumentation:
+    """Record ``client``'s metrics on ``registry`` until the returned handle is closed
+    (``with instrument(r, registry=reg): ...`` or ``handle.close()``).
+
+    Call it inside the Trio run, on an open :class:`~trio_maint.Redis` or
+    :class:`~trio_maint.RedisCluster` (as :func:`trio_maint.otel.instrument`). The metric
+    families are registered on ``registry`` the first time it is used; later clients
+    share them, told apart by their labels (``server_address``,
+    ``db_client_connection_pool_name``). Serve the registry as usual, e.g.
+    ``prometheus_client.start_http_server(port, registry=registry)``.
+
+    :param registry: a ``prometheus_client.CollectorRegistry`` (default:
+        ``prometheus_client.REGISTRY``, the global one).
+    :returns: an :class:`~trio_maint.otel.Instrumentation` (``close()``, context
+        manager); closing stops this client's gauges, counters keep their values.
+    :raises TypeError: ``client`` is not a trio_maint client.
+    :raises RuntimeError: the client is closed, or this is not inside a Trio run.
+    :raises ValueError: another collector of ``registry`` already uses one of
+        :func:`metric_names` (prometheus_client's duplicate check).
+    """
+    reg = registry if registry is not None else prometheus_client.REGISTRY
+    ClientTelemetry.check(client)
+    metrics = _by_registry.get(reg)
+    if metrics is None:
+        metrics = _by_registry[reg] = _Metrics(reg)
+    shell = ClientTelemetry.of(client)
+    sink = _Sink(metrics)
+    shell.add_sink(sink)
+    metrics.shells.append(shell)
+
+    def on_close() -> None:
+        metrics.shells.remove(shell)
+
+    return Instrumentation(client, shell, sink, on_close)
