@@ -1,6 +1,6 @@
 """The code blocks of README.md and docs/*.md run: every ``python`` block is a complete
 program run here, against throwaway servers, unless it is marked as not run; shell blocks
-run when marked so. The convention is in docs/testing.md ("Examples that run"):
+run when marked so. README.md ("Running the tests") states the convention:
 
 * ``<!-- not-run: reason -->`` on the line before a fence: the block is not run (a
   fragment, a program for a server of your own, a command for your shell). A ``python``
@@ -12,8 +12,10 @@ run when marked so. The convention is in docs/testing.md ("Examples that run"):
   whitespace are equal).
 * In a block that runs, ``localhost:6379`` and ``127.0.0.1:6379`` name a throwaway
   ``redis-server`` (a new one per block) and ``localhost:7000`` / ``127.0.0.1:7000`` a
-  throwaway 3-master cluster (one per module, flushed before each block); a block that
-  defines ``test_*`` functions is run by pytest, with the ``trio_maint`` plugin's fixtures.
+  throwaway 3-master cluster (one per module, flushed before each block); any other
+  mention of ``localhost`` or ``127.0.0.1`` fails the test, so that no example reaches a
+  server that happens to listen there. A block that defines ``test_*`` functions is run
+  by pytest, with the ``trio_maint`` plugin's fixtures.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class Block:
 
     @property
     def runs(self) -> bool:
-        if self.marker == "not-run" or self.lang not in CODE:
+        if self.marker in ("not-run", "output") or self.lang not in CODE:
             return False
         return self.lang == "python" or self.marker == "run"
 
@@ -251,7 +253,7 @@ def test_block_runs(block: Block, tmp_path: Path, request: pytest.FixtureRequest
 
 def test_the_runner(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """A shell block runs with the venv's scripts on PATH and the address swapped; wrong
-    output and a failing program fail."""
+    output, a failing program and a local address not swapped fail."""
     doc = "\n".join(
         [
             "<!-- run -->",
@@ -273,14 +275,19 @@ def test_the_runner(tmp_path: Path, request: pytest.FixtureRequest) -> None:
             "```python",
             "raise SystemExit(3)",
             "```",
+            "```python",
+            "print('redis://localhost')  # the default port: maybe a real server",
+            "```",
         ]
     )
-    shell, _, wrong, _, failing = parse(doc, tmp_path / "x.md")[0]
+    shell, _, wrong, _, failing, stray = parse(doc, tmp_path / "x.md")[0]
     assert ":6379" not in _run_block(shell, tmp_path, request)
     with pytest.raises(AssertionError, match=r"The docs show:\s+a 2"):
         _run_block(wrong, tmp_path, request)
     with pytest.raises(AssertionError, match="exited with 3"):
         _run_block(failing, tmp_path, request)
+    with pytest.raises(AssertionError, match="write local addresses as"):
+        _run_block(stray, tmp_path, request)
 
 
 def _run_block(block: Block, tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -301,6 +308,8 @@ def _run_block(block: Block, tmp_path: Path, request: pytest.FixtureRequest) -> 
                 host, _, port = address.partition(":")
                 code = code.replace(address, f"{host}:{seed}")
                 ports[seed] = int(port)
+        stray = re.search(rf"(localhost|127\.0\.0\.1)(?!:({'|'.join(map(str, ports))})\b)", code)
+        assert stray is None, f"{block.name}: write local addresses as {STANDALONE + CLUSTER}"
         stem = re.sub(r"\W", "_", block.path.stem)
         if block.lang in SHELL:
             code = code.replace(".venv/bin/", "")
