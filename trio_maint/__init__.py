@@ -28,6 +28,7 @@ from ._cluster.client import RedisCluster, open_redis_cluster
 from ._cluster.pipeline import ClusterPipeline
 from ._cluster.pubsub import ClusterPubSub
 from ._maint.events import (
+    CircuitBreakerChanged,
     EventsDropped,
     EventStream,
     HandoffFailed,
@@ -42,7 +43,7 @@ from ._maint.events import (
     NotificationReceived,
 )
 from ._maint.handler import MaintenanceHandler
-from ._maint.hooks import Histogram, LoggingHook, MetricsHook, NotificationHook
+from ._maint.hooks import LoggingHook, MetricsHook, NotificationHook
 from ._sansio.cmds.types import EncodableT, KeyT, Value
 from ._sansio.config import MaintConfig, MaintMode
 from ._sansio.endpoint import Endpoint, EndpointType
@@ -104,6 +105,7 @@ __all__ = [
     "AuthenticationError",
     "AuthorizationError",
     "BusyError",
+    "CircuitBreakerChanged",
     "CircuitBreakerOpenError",
     "ClientOptions",
     "ClusterDownError",
@@ -129,7 +131,6 @@ __all__ = [
     "HandoffQueued",
     "HandoffRetriesExhaustedError",
     "HandoffSucceeded",
-    "Histogram",
     "InvalidClientNameError",
     "KeyT",
     "LoadingError",

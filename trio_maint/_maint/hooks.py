@@ -1,6 +1,10 @@
 """Notification hooks: the :class:`NotificationHook` protocol and the two hooks trio_maint
-ships, :class:`LoggingHook` and :class:`MetricsHook` (with its :class:`Histogram`).
-Register one with ``r.maintenance.add_hook(hook)``.
+ships, :class:`LoggingHook` and :class:`MetricsHook`. Register one with
+``r.maintenance.add_hook(hook)``.
+
+:class:`MetricsHook` keeps its numbers in memory, with no dependency; to export metrics,
+use the optional :mod:`trio_maint.otel` or :mod:`trio_maint.prometheus` instead
+(docs/observability.md). Its bucket histogram, :class:`_Histogram`, is private.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from .events import (
     MalformedNotification,
 )
 
-__all__ = ["DEFAULT_BUCKETS", "Histogram", "LoggingHook", "MetricsHook", "NotificationHook"]
+__all__ = ["DEFAULT_BUCKETS", "LoggingHook", "MetricsHook", "NotificationHook"]
 
 
 class NotificationHook(Protocol):
@@ -138,7 +142,7 @@ class LoggingHook:
             )
 
 
-#: Default bucket upper bounds (seconds) of :class:`Histogram`.
+#: Default bucket upper bounds (seconds) of :class:`MetricsHook`'s histograms.
 DEFAULT_BUCKETS: Final = (
     0.0001,
     0.0005,
@@ -155,8 +159,11 @@ DEFAULT_BUCKETS: Final = (
 )
 
 
-class Histogram:
-    """A cumulative-free bucket histogram of seconds: ``counts[i]`` observations
+class _Histogram:
+    """:class:`MetricsHook`'s histograms (private: read them through
+    :meth:`MetricsHook.get_metrics`, or export with :mod:`trio_maint.otel` /
+    :mod:`trio_maint.prometheus`). A cumulative-free bucket histogram of seconds:
+    ``counts[i]`` observations
     ``<= bounds[i]`` (and above ``bounds[i-1]``), ``counts[-1]`` above the last bound.
 
     Attributes: ``bounds`` (``tuple[float, ...]``), ``counts`` (``list[int]``), ``count``,
@@ -204,23 +211,24 @@ class MetricsHook:
     """Counts notifications and handoffs. All fields are filled in:
 
     * ``notification_counts`` / ``error_counts``: ``Counter`` by notification name;
-    * ``processing_times``: ``dict`` name -> :class:`Histogram` of handling time (seconds of
-      wall-clock time from ``pre`` to ``post``);
+    * ``processing_times``: ``dict`` name -> bucket histogram of handling time (seconds of
+      wall-clock time from ``pre`` to ``post``; its ``snapshot()`` is what
+      :meth:`get_metrics` shows);
     * ``handoffs_queued``, ``handoff_successes``, ``handoff_failures`` (``int``) and
       ``handoff_failure_reasons`` (``Counter`` of error class names);
-    * ``handoff_latency``: :class:`Histogram` of seconds from queueing to the outcome;
+    * ``handoff_latency``: bucket histogram of seconds from queueing to the outcome;
     * ``malformed``: malformed frames ignored (``int``).
     """
 
     def __init__(self) -> None:
         self.notification_counts: Counter[str] = Counter()
         self.error_counts: Counter[str] = Counter()
-        self.processing_times: dict[str, Histogram] = {}
+        self.processing_times: dict[str, _Histogram] = {}
         self.handoffs_queued = 0
         self.handoff_successes = 0
         self.handoff_failures = 0
         self.handoff_failure_reasons: Counter[str] = Counter()
-        self.handoff_latency = Histogram()
+        self.handoff_latency = _Histogram()
         self.malformed = 0
         self._started: tuple[int, float] | None = None
 
@@ -240,7 +248,7 @@ class MetricsHook:
         if started is not None and started[0] == id(notification):
             histogram = self.processing_times.get(notification.NAME)
             if histogram is None:
-                histogram = self.processing_times[notification.NAME] = Histogram()
+                histogram = self.processing_times[notification.NAME] = _Histogram()
             histogram.observe(time.perf_counter() - started[1])
         if error is not None:
             self.error_counts[notification.NAME] += 1

@@ -1,0 +1,199 @@
+"""trio_maint.prometheus (issue 16, item 2): the metrics on a user's CollectorRegistry
+after commands and a scripted maintenance window through the simulator (real
+redis-servers on loopback); two clients and two exporters at once; refused registries."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import trio
+
+prometheus_client = pytest.importorskip("prometheus_client")
+
+import trio_maint  # noqa: E402
+import trio_maint.prometheus  # noqa: E402
+from trio_maint.testing import MaintenanceSimulator, RedisServer  # noqa: E402
+
+pytestmark = pytest.mark.trio
+
+TIMEOUT = 30.0
+PASSWORD = "s3cret-do-not-print"
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[RedisServer]:
+    with RedisServer(extra_args=("--requirepass", PASSWORD)) as server:
+        yield server
+
+
+@pytest.fixture
+async def sim_a(backend: RedisServer) -> AsyncIterator[MaintenanceSimulator]:
+    async with MaintenanceSimulator(backend=backend) as sim:
+        yield sim
+
+
+@pytest.fixture
+async def sim_b(backend: RedisServer) -> AsyncIterator[MaintenanceSimulator]:
+    async with MaintenanceSimulator(backend=backend) as sim:
+        yield sim
+
+
+def url(sim: MaintenanceSimulator, db: int = 2) -> str:
+    return f"redis://:{PASSWORD}@127.0.0.1:{sim.port}/{db}"
+
+
+def observer(r: trio_maint.Redis) -> object:
+    return r._observer
+
+
+async def wait_for(predicate: Any, timeout: float = 10.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.02)
+
+
+class Scrape:
+    """Sample values of one registry."""
+
+    def __init__(self, registry: Any, pool: str, port: int) -> None:
+        self.registry = registry
+        self.pool = {"db_system_name": "redis", "db_client_connection_pool_name": pool}
+        self.server = {
+            "db_system_name": "redis",
+            "server_address": "127.0.0.1",
+            "server_port": str(port),
+        }
+
+    def value(self, name: str, labels: dict[str, str]) -> float | None:
+        found = self.registry.get_sample_value(name, labels)
+        return None if found is None else float(found)
+
+    def op(self, suffix: str, name: str, error: str = "") -> float | None:
+        labels = {**self.server, "db_namespace": "2", "db_operation_name": name}
+        return self.value(
+            f"db_client_operation_duration_seconds_{suffix}", {**labels, "error_type": error}
+        )
+
+    def gauge(self, name: str, **labels: str) -> float | None:
+        return self.value(name, {**self.pool, **labels})
+
+    def notifications(self, kind: str) -> float | None:
+        labels = {**self.server, "redis_client_connection_notification": kind}
+        return self.value("redis_client_maintenance_notifications_total", labels)
+
+
+async def test_metrics_after_a_maintenance_window(
+    sim_a: MaintenanceSimulator, sim_b: MaintenanceSimulator
+) -> None:
+    registry = prometheus_client.CollectorRegistry()
+    scrape = Scrape(registry, f"127.0.0.1:{sim_a.port}/2", sim_a.port)
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(url(sim_a), pool_size=2) as r:
+            with trio_maint.prometheus.instrument(r, registry=registry):
+                await r.set("k", "v")
+                await r.get("k")
+                with pytest.raises(trio_maint.WrongTypeError):
+                    await r.lpush("k", 1)
+                async with r.pipeline() as pipe:
+                    pipe.get("k").get("k")
+                    await pipe.execute()
+                assert scrape.op("count", "SET") == 1
+                assert scrape.op("count", "LPUSH", "WrongTypeError") == 1
+                assert scrape.op("count", "MULTI") == 1
+                assert 0 < (scrape.op("sum", "GET") or 0) < 1
+                assert scrape.gauge("db_client_connection_max") == 2
+                assert scrape.gauge("db_client_connection_count", db_client_connection_state="idle")
+                assert scrape.gauge("db_client_connection_timeouts_total") == 0
+                assert scrape.gauge("db_client_connection_wait_time_seconds_count") == 4
+                assert scrape.gauge("db_client_connection_create_time_seconds_count") == 1
+                # A window: MIGRATING, MIGRATED, then MOVING to B with a handoff.
+                await sim_a.inject_migrating()
+                await r.ping()
+                await wait_for(lambda: r.maintenance.state.relaxed_connections == 1)
+                assert scrape.gauge("redis_client_connection_relaxed_timeout") == 1
+                await sim_a.inject_migrated()
+                await r.ping()
+                await sim_a.inject_moving(time=1, target=sim_b)
+                await r.ping()
+                await wait_for(lambda: r.maintenance.state.completed_handoffs == 1)
+                windows = "redis_client_maintenance_window_duration_seconds_count"
+                moving = {**scrape.server, "redis_client_maintenance_window_kind": "MOVING"}
+                await wait_for(lambda: scrape.value(windows, moving) == 1)
+                migrating = {**moving, "redis_client_maintenance_window_kind": "MIGRATING"}
+                assert scrape.value(windows, migrating) == 1
+                assert scrape.notifications("MIGRATING") == 1
+                assert scrape.notifications("MIGRATED") == 1
+                assert scrape.notifications("MOVING") == 1
+                outcome = {"redis_client_connection_handoff_outcome": "succeeded"}
+                assert scrape.gauge("redis_client_connection_handoff_total", **outcome) == 1
+                latency = "redis_client_connection_handoff_duration_seconds_count"
+                assert scrape.gauge(latency, **outcome) == 1
+                assert scrape.gauge("redis_client_connection_handoff_pending") == 0
+                text = prometheus_client.generate_latest(registry).decode()
+    for name in trio_maint.prometheus.metric_names():
+        assert f"# HELP {name} " in text, name
+    assert "# TYPE db_client_operation_duration_seconds histogram" in text
+    assert "# TYPE redis_client_connection_handoff_total counter" in text
+    assert PASSWORD not in text
+    # Closed with the client: no gauge of it is left.
+    assert scrape.gauge("db_client_connection_max") is None
+    assert scrape.op("count", "SET") == 1
+
+
+async def test_two_clients_and_two_exporters(sim_a: MaintenanceSimulator) -> None:
+    otel = pytest.importorskip("opentelemetry.sdk.metrics")
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    import trio_maint.otel
+
+    registry = prometheus_client.CollectorRegistry()
+    reader = InMemoryMetricReader()
+    meters = otel.MeterProvider(metric_readers=[reader])
+    with trio.fail_after(TIMEOUT):
+        async with (
+            trio_maint.open_redis(url(sim_a, 2)) as r2,
+            trio_maint.open_redis(url(sim_a, 3)) as r3,
+        ):
+            with trio_maint.prometheus.instrument(r2, registry=registry) as prom2:
+                trio_maint.prometheus.instrument(r3, registry=registry)
+                otel_handle = trio_maint.otel.instrument(r2, meter_provider=meters)
+                await r2.ping()
+                await r3.ping()
+                for db, client in ((2, r2), (3, r3)):
+                    scrape = Scrape(registry, f"127.0.0.1:{sim_a.port}/{db}", sim_a.port)
+                    assert scrape.gauge("db_client_connection_max") == client.options.pool_size
+                labels = {"db_system_name": "redis", "server_address": "127.0.0.1"}
+                labels.update(server_port=str(sim_a.port), db_operation_name="PING")
+                labels.update(error_type="")
+                sample = "db_client_operation_duration_seconds_count"
+                assert registry.get_sample_value(sample, {**labels, "db_namespace": "3"}) == 1
+                assert registry.get_sample_value(sample, {**labels, "db_namespace": "2"}) == 1
+            # Prometheus detached from r2; OpenTelemetry still records it.
+            assert prom2.closed and observer(r2) is not None
+            await r2.ping()
+            assert registry.get_sample_value(sample, {**labels, "db_namespace": "2"}) == 1
+            data = reader.get_metrics_data()
+            assert data is not None
+            [duration] = [
+                m
+                for rm in data.resource_metrics
+                for sm in rm.scope_metrics
+                for m in sm.metrics
+                if m.name == "db.client.operation.duration"
+            ]
+            assert [getattr(p, "count", None) for p in duration.data.data_points] == [2]
+            otel_handle.close()
+            assert observer(r2) is None
+            meters.shutdown()
+
+
+async def test_a_registry_whose_names_are_taken_is_refused(r: trio_maint.Redis) -> None:
+    registry = prometheus_client.CollectorRegistry()
+    prometheus_client.Counter("redis_client_connection_handoff", "taken", registry=registry)
+    with pytest.raises(ValueError, match="Duplicated"):
+        trio_maint.prometheus.instrument(r, registry=registry)
+    assert r._observer is None
+    with pytest.raises(TypeError):
+        trio_maint.prometheus.instrument("redis://localhost", registry=registry)  # type: ignore[arg-type]
