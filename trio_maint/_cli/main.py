@@ -2,25 +2,37 @@
 trio_maint``).
 
 ``rich`` (extra ``cli``) draws the live view and tables when the output is a terminal;
-otherwise plain text is printed. ``--plot`` needs matplotlib (extra ``plot``).
+otherwise plain text is printed. ``--plot`` needs matplotlib (extra ``plot``). The parser's
+shared pieces are in ``args``, ``simulate``'s arguments in ``simulate_args``, logging in
+``logs``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
-from typing import Any, Final, NoReturn, TextIO
+from typing import Final, TextIO
 
 import trio
 
 from .. import redact_text
 from .._net.groups import leaves
+from .args import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    HelpFormatter,
+    Parser,
+    common_options,
+    mix_weights,
+    positive_float,
+    version_text,
+)
 from .cluster_demo import ClusterDemoConfig, ClusterDemoReport, run_cluster_demo
 from .demo import run_demo
-from .logs import DEFAULT_LEVEL, LEVELS, cli_logging, parse_level
+from .logs import DEFAULT_LEVEL, cli_logging, parse_level
 from .render import (
     UsageError,
     make_view,
@@ -30,34 +42,11 @@ from .render import (
     write_plot,
 )
 from .report import SCENARIOS, DemoConfig, DemoError, DemoReport
+from .simulate_args import add_simulate
 
 __all__ = ["main", "main_entry"]
 
-#: Exit statuses: success, a failed run or environment problem, a usage error.
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
 # ----------------------------------------------------------------------------- demo
-
-
-def _mix(text: str) -> tuple[int, int, int]:
-    parts = text.split(":")
-    try:
-        values = tuple(int(p) for p in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected READS:WRITES:PIPELINES, got {text!r}")
-    if len(values) != 3 or min(values) < 0 or sum(values) == 0:
-        raise argparse.ArgumentTypeError(f"expected three weights >= 0, got {text!r}")
-    return values[0], values[1], values[2]
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-    return value
 
 
 def _demo_config(args: argparse.Namespace) -> DemoConfig | ClusterDemoConfig:
@@ -178,167 +167,7 @@ def _cmd_monitor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 # ------------------------------------------------------------------------- simulate
 
 
-def _cmd_simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .simulate_control import (
-        ControlError,
-        Endpoint,
-        Layout,
-        default_control_path,
-        parse_address,
-        parse_target,
-        parse_upstream,
-    )
-
-    if args.listen is None or args.upstream is None:
-        raise UsageError("simulate needs --listen HOST:PORT and --upstream URL (or: simulate ctl)")
-    try:
-        first = Endpoint(parse_address(args.listen), parse_upstream(args.upstream))
-        targets = [parse_target(t) for t in args.target]
-        layout = Layout(
-            (first, *[t for t in targets if isinstance(t, Endpoint)]),
-            tuple(t for t in targets if not isinstance(t, Endpoint)),
-        )
-    except ControlError as exc:
-        raise UsageError(str(exc)) from None
-    from .simulate import SimulateConfig, SimulateError, run_simulate
-
-    cfg = SimulateConfig(
-        layout=layout,
-        control=args.control or default_control_path(),
-        quiet=args.quiet,
-        use_rich=not args.plain and out.isatty() and rich_available(),
-    )
-    try:
-        return trio.run(lambda: run_simulate(cfg, out, default_control=args.control is None))
-    except SimulateError as exc:
-        raise DemoError(str(exc)) from None
-
-
-def _cmd_simulate_ctl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .simulate import SimulateError, run_ctl
-    from .simulate_control import default_control_path, request_from_args
-
-    request = request_from_args(args.ctl, vars(args))
-    wait = bool(request.get("wait"))
-    try:
-        reply = run_ctl(args.control or default_control_path(), request, None if wait else 10.0)
-    except SimulateError as exc:
-        raise DemoError(str(exc)) from None
-    if args.json:
-        print(json.dumps(reply, indent=2), file=out)
-    elif reply["ok"]:
-        print(reply.get("message", "ok"), file=out)
-    if not reply["ok"]:
-        print(f"trio-maint: error: {redact_text(str(reply.get('error')))}", file=err)
-        return EXIT_FAILED
-    return EXIT_OK
-
-
-def _add_simulate(sub: Any, shared: argparse.ArgumentParser) -> None:
-    from .simulate_control import INJECTIONS
-    from .simulate_control import SCENARIOS as SIM_SCENARIOS
-
-    simulate = sub.add_parser(
-        "simulate",
-        help="run maintenance simulators in front of your own redis-servers (docs/simulate.md)",
-        description=(
-            "Listen on --listen and forward every connection to --upstream, as a managed-"
-            "Redis endpoint that sends maintenance notifications (MOVING, MIGRATING, "
-            "MIGRATED, FAILING_OVER, FAILED_OVER) when told to by 'trio-maint simulate ctl' "
-            "in another terminal, until Ctrl-C. Point any client at --listen."
-        ),
-        epilog=SIMULATE_EXAMPLES,
-        formatter_class=_Help,
-        parents=[shared],
-    )
-    simulate.add_argument("--listen", metavar="HOST:PORT", help="where clients connect")
-    simulate.add_argument(
-        "--upstream", metavar="URL", help="redis://host:port of your redis-server (or HOST:PORT)"
-    )
-    simulate.add_argument(
-        "--target",
-        action="append",
-        default=[],
-        metavar="LISTEN=UPSTREAM|HOST:PORT",
-        help="where a MOVING may point: LISTEN=UPSTREAM adds another simulator endpoint "
-        "(e.g. 127.0.0.2:7000=redis://127.0.0.1:6380), HOST:PORT is only an address; "
-        "repeatable, the first is ctl's default --to",
-    )
-    control_help = "the control socket (default: $XDG_RUNTIME_DIR/trio-maint-simulate.sock)"
-    simulate.add_argument("--control", metavar="PATH", help=control_help)
-    simulate.add_argument("--quiet", action="store_true", help="no line per client connection")
-    simulate.add_argument("--plain", action="store_true", help="plain text even on a terminal")
-    simulate.set_defaults(func=_cmd_simulate)
-
-    simsub = simulate.add_subparsers(dest="simulate_command", parser_class=_Parser)
-    ctl = simsub.add_parser(
-        "ctl",
-        help="drive a running 'trio-maint simulate'",
-        description="Send one command to a running 'trio-maint simulate' over its control "
-        "socket and print its answer. Exit status 1 if it refused or none runs.",
-        parents=[shared],
-    )
-    ctls = ctl.add_subparsers(dest="ctl", required=True, parser_class=_Parser)
-
-    def common(p: argparse.ArgumentParser, on: bool = True) -> None:
-        p.add_argument("--control", metavar="PATH", help=control_help)
-        p.add_argument("--json", action="store_true", help="print the reply as JSON")
-        if on:
-            p.add_argument(
-                "--on", metavar="HOST:PORT", help="the endpoint acting (default: --listen's)"
-            )
-        p.set_defaults(func=_cmd_simulate_ctl)
-
-    for kind in INJECTIONS:
-        p = ctls.add_parser(
-            kind, help=f"send {kind.upper().replace('-', '_')} now", parents=[shared]
-        )
-        common(p)
-        p.add_argument("--seq", type=int, help="the sequence id (default: the next one)")
-        if kind == "moving":
-            p.add_argument(
-                "--to", metavar="HOST:PORT", help="the new endpoint (default: the first --target)"
-            )
-        if kind in ("moving", "migrating", "failing-over"):
-            p.add_argument("--time", type=int, help="seconds announced (default 15 / 2 / 2)")
-            p.add_argument(
-                "--remember",
-                action="store_true",
-                help="also send it to connections that opt in later",
-            )
-        if kind != "moving":
-            p.add_argument("--shard-ids", help="shard ids (default 1)")
-    scen = ctls.add_parser(
-        "scenario", help="run a built-in scenario (docs/simulate.md)", parents=[shared]
-    )
-    common(scen)
-    scen.add_argument("name", choices=SIM_SCENARIOS)
-    scen.add_argument("--to", metavar="HOST:PORT", help="moving/maintenance/migrate: where to")
-    scen.add_argument("--time", type=int, help="MOVING's time in seconds (default 15)")
-    scen.add_argument(
-        "--grace", type=float, help="seconds after time until old connections close (default 2)"
-    )
-    scen.add_argument("--lead", type=float, help="seconds of notice (default 2)")
-    scen.add_argument("--work", type=float, help="seconds of work (default 1)")
-    scen.add_argument("--compress", type=_positive_float, help="divide every delay by this")
-    scen.add_argument("--wait", action="store_true", help="return when the scenario is over")
-    status = ctls.add_parser(
-        "status", help="endpoints, connections, the running scenario", parents=[shared]
-    )
-    common(status, on=False)
-
-
 # ---------------------------------------------------------------------------- parser
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with its error messages redacted: they quote arguments ("unrecognized
-    arguments: redis://user:secret@host"), and a password must never be printed."""
-
-    def error(self, message: str) -> NoReturn:
-        """Print the usage and ``message`` with every URL's password hidden, exit 2."""
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {redact_text(message)}\n")
 
 
 MAIN_EXAMPLES: Final = """\
@@ -381,64 +210,12 @@ examples:
 Passwords are never printed: URLs are shown with the password hidden.
 """
 
-SIMULATE_EXAMPLES: Final = """\
-examples (docs/simulate.md):
-  trio-maint simulate --listen 127.0.0.1:7000 --upstream redis://127.0.0.1:6380 \\
-      --target 127.0.0.2:7000=redis://127.0.0.1:6381
-  trio-maint simulate ctl scenario moving --wait       in another terminal
-  trio-maint simulate ctl migrating --time 2
-  trio-maint simulate ctl status --json
-"""
-
-
-def _version() -> str:
-    """``trio-maint X.Y.Z`` from the installed package's metadata, with Python's and
-    Trio's versions."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        mine = version("trio-maint")
-    except PackageNotFoundError:  # run from a checkout without installing
-        from .. import __version__ as mine
-    python = ".".join(str(n) for n in sys.version_info[:3])
-    return f"trio-maint {mine} (Python {python}, trio {trio.__version__})"
-
-
-class _Help(argparse.HelpFormatter):
-    """Descriptions filled to the terminal's width, examples (text with line breaks) kept
-    as written."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        if "\n" in text:
-            return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
-
-
-def _log_level(text: str) -> int:
-    try:
-        return parse_level(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _common() -> _Parser:
-    """Options every command takes (also before the command's name)."""
-    common = _Parser(add_help=False)
-    common.add_argument(
-        "--log-level",
-        type=_log_level,
-        default=argparse.SUPPRESS,
-        metavar="LEVEL",
-        help=f"log records of LEVEL and above: {', '.join(LEVELS)} (default {DEFAULT_LEVEL})",
-    )
-    return common
-
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``trio-maint`` argument parser."""
-    common = _common()
-    raw = _Help
-    parser = _Parser(
+    common = common_options()
+    raw = HelpFormatter
+    parser = Parser(
         prog="trio-maint",
         description="trio_maint's demo of hitless maintenance, a monitor for real servers, and "
         "a maintenance simulator for any client.",
@@ -447,8 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     parser.set_defaults(log_level=parse_level(DEFAULT_LEVEL))
-    parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=version_text())
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     demo = sub.add_parser(
         "demo",
         help="run a workload through a simulated maintenance window on two real redis-servers",
@@ -469,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--duration",
-        type=_positive_float,
+        type=positive_float,
         default=None,
         help="seconds of traffic in all (default: the timeline's length at --speed; with "
         "--cluster split in three phases)",
@@ -485,14 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--mix",
-        type=_mix,
+        type=mix_weights,
         default=None,
         metavar="R:W:P",
         help="weights of reads, writes and pipelines (default 60:30:10)",
     )
     demo.add_argument(
         "--speed",
-        type=_positive_float,
+        type=positive_float,
         default=1.0,
         help="divide the timeline by this (default 1, real time: about 28 s; 10: about 3 s)",
     )
@@ -549,12 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
     monitor.add_argument("url", help="redis://[[user]:password@]host[:port][/db] or rediss://")
     monitor.add_argument(
         "--interval",
-        type=_positive_float,
+        type=positive_float,
         default=0.5,
         help="seconds between the PINGs that keep the connection reading (default 0.5)",
     )
     monitor.add_argument(
-        "--duration", type=_positive_float, default=None, help="stop after this many seconds"
+        "--duration", type=positive_float, default=None, help="stop after this many seconds"
     )
     monitor.add_argument(
         "--count", type=int, default=None, help="stop after this many notifications"
@@ -565,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="moving-endpoint-type to ask for (default: detected from the address)",
     )
     monitor.set_defaults(func=_cmd_monitor)
-    _add_simulate(sub, common)
+    add_simulate(sub, common)
     return parser
 
 
