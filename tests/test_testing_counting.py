@@ -16,7 +16,7 @@ SPECIAL = (b"hello", b"client", b"subscribe")
 
 
 def _pack(command: tuple[Any, ...]) -> bytes:
-    return hiredis.pack_command(command)
+    return bytes(hiredis.pack_command(command))
 
 
 _arg = st.binary(max_size=40) | st.sampled_from([b"*2\r\n", b"$3\r\n", b"+\r\n", b"\r\n"])
