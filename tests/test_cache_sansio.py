@@ -100,16 +100,9 @@ def test_config_validation(kwargs: dict[str, Any], error: type[Exception]) -> No
 
 
 def test_tracking_commands() -> None:
-    assert CacheConfig().tracking_command(42) == (
-        "CLIENT",
-        "TRACKING",
-        "ON",
-        "REDIRECT",
-        42,
-        "OPTIN",
-    )
+    assert CacheConfig().tracking_command() == ("CLIENT", "TRACKING", "ON", "OPTIN")
     bcast = CacheConfig(mode="bcast", prefixes=["user:", b"item:"])
-    assert bcast.tracking_command(None) == (
+    assert bcast.tracking_command() == (
         "CLIENT",
         "TRACKING",
         "ON",

@@ -19,6 +19,7 @@ importing only the ones below it (docs/architecture.md)::
 """
 
 from . import lowlevel as lowlevel
+from ._client.cache import ClientCache
 from ._client.pipeline import Pipeline
 from ._client.pubsub import Message, PubSub
 from ._client.redis import Redis, open_redis
@@ -44,6 +45,8 @@ from ._maint.events import (
 )
 from ._maint.handler import MaintenanceHandler
 from ._maint.hooks import LoggingHook, MetricsHook, NotificationHook
+from ._sansio.cache import CacheStats
+from ._sansio.cache_config import CACHEABLE_COMMANDS, CacheConfig
 from ._sansio.cmds.types import EncodableT, KeyT, Value
 from ._sansio.config import MaintConfig, MaintMode
 from ._sansio.endpoint import Endpoint, EndpointType
@@ -101,12 +104,16 @@ from ._sansio.streams import StreamEntry, StreamId, XAutoClaimReply, XReadReply
 __version__ = "0.1.0"
 
 __all__ = [
+    "CACHEABLE_COMMANDS",
     "AskError",
     "AuthenticationError",
     "AuthorizationError",
     "BusyError",
+    "CacheConfig",
+    "CacheStats",
     "CircuitBreakerChanged",
     "CircuitBreakerOpenError",
+    "ClientCache",
     "ClientOptions",
     "ClusterDownError",
     "ClusterPipeline",

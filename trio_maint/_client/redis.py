@@ -24,6 +24,7 @@ from .._sansio.replies import Callback, apply_callback
 from .._sansio.resp import CommandArg
 from .._sansio.retry import STANDALONE_POLICY, Finish, RetryState, WaitForMoving, classify
 from .._sansio.unset import UNSET, Unset
+from .cache import BYPASS, ClientCache
 from .observe import CommandObserver
 from .pipeline import Pipeline, caller_deadline
 from .pubsub import PubSub
@@ -77,6 +78,9 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
         self._pubsubs: weakref.WeakSet[PubSub] = weakref.WeakSet()
         # An attached exporter (trio_maint.otel, trio_maint.prometheus), else None.
         self._observer: CommandObserver | None = None
+        #: The :class:`~trio_maint.ClientCache` (``stats()``, ``invalidate()``,
+        #: ``clear()``, ``sync()``; docs/caching.md), or ``None`` when caching is off.
+        self.cache: ClientCache | None = None
 
     def __repr__(self) -> str:
         return f"<Redis {self.options.address_text} db={self.options.db}>"
@@ -115,6 +119,11 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
         if self._observer is not None and not _observed:  # the one check (observe.py)
             run = self._command(args, callback, timeout=timeout, _observed=True)
             return await self._observer.command(self, args[0], run)
+        cache = self.cache
+        if cache is not None:  # client-side caching (docs/caching.md)
+            reply = await cache.command(args, timeout)
+            if reply is not BYPASS:
+                return reply if callback is None else apply_callback(callback, reply, args)
         pool = self.pool
         conn = await pool.acquire_for_reply()
         try:
@@ -290,6 +299,8 @@ async def open_redis(
     Connections are made lazily: the first command dials.
     """
     _require_trio("open_redis()")
+    if "cache_config" in options:  # redis-py's name
+        options["cache"] = options.pop("cache_config")
     if isinstance(url, ClientOptions):
         opts = attrs_evolve(url, options)
     elif url is None:
@@ -309,11 +320,15 @@ async def open_redis(
     handler.attach(pool)
     pool.reply_timer = timer = ReplyTimer()
     client = Redis(opts, pool, handler)
+    if opts.cache is not None:
+        client.cache = ClientCache(opts.cache, opts, handler)
     try:
         async with trio.open_nursery() as nursery, handler.running():
             # ``handler.running()`` runs the HandoffManager's workers and the maintenance
             # timer (its own nursery, nested here).
             nursery.start_soon(timer.run)
+            if client.cache is not None:
+                nursery.start_soon(client.cache.run)
             if opts.min_idle_conns or opts.conn_max_idle_time is not None:
                 nursery.start_soon(pool.run_maintenance)
             try:
@@ -321,6 +336,8 @@ async def open_redis(
             finally:
                 pool.close()
                 client._close_pubsubs()
+                if client.cache is not None:
+                    client.cache.close()
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         raise unwrap_group(group) from None

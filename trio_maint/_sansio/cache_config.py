@@ -237,14 +237,23 @@ class CacheConfig:
         """``True`` in ``bcast`` mode."""
         return self.mode == "bcast"
 
-    def tracking_command(self, redirect: int | None) -> tuple[Any, ...]:
-        """The ``CLIENT TRACKING ON ...`` command: ``default`` mode on a data connection
-        (``REDIRECT`` to the tracking connection ``redirect``, ``OPTIN``), ``bcast`` mode on
-        the tracking connection itself (``redirect`` ``None``; ``BCAST`` and a ``PREFIX``
-        per prefix)."""
+    def covers(self, keys: tuple[bytes, ...]) -> bool:
+        """Whether the server sends invalidations for all of ``keys`` (``bool``): always in
+        ``default`` mode; in ``bcast`` mode, when each starts with one of ``prefixes`` (or
+        there are none). A read of other keys is never cached: nothing would invalidate
+        it."""
+        prefixes = self.prefixes
+        if not prefixes or not self.bcast:
+            return True
+        return all(key.startswith(prefixes) for key in keys)
+
+    def tracking_command(self) -> tuple[Any, ...]:
+        """The ``CLIENT TRACKING ON ...`` command sent on the tracking connection:
+        ``OPTIN`` in ``default`` mode (each cached read is preceded by ``CLIENT CACHING
+        YES``), ``BCAST`` and a ``PREFIX`` per prefix in ``bcast`` mode."""
         if self.bcast:
             args: list[Any] = ["CLIENT", "TRACKING", "ON", "BCAST"]
             for prefix in self.prefixes:
                 args += ["PREFIX", prefix]
             return tuple(args)
-        return ("CLIENT", "TRACKING", "ON", "REDIRECT", redirect, "OPTIN")
+        return ("CLIENT", "TRACKING", "ON", "OPTIN")

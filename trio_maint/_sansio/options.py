@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
+from .cache_config import CacheConfig
 from .config import MAX_SECONDS, MaintConfig
 from .endpoint import format_host_port
 from .errors import InvalidClientNameError
@@ -79,6 +80,11 @@ def _check_maintenance(instance: object, attribute: attrs.Attribute[Any], value:
         raise TypeError(f"maintenance must be a MaintConfig or None, got {type(value).__name__}")
 
 
+def _check_cache(instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not isinstance(value, CacheConfig):
+        raise TypeError(f"cache must be a CacheConfig or None, got {type(value).__name__}")
+
+
 def _optional_float(value: str | SupportsFloat | SupportsIndex | None) -> Any:
     # What does not convert is left as it is, for the validator to name the field.
     if value is None or isinstance(value, bool):
@@ -140,6 +146,8 @@ class ClientOptions:
     * ``max_reply_bytes`` (``int`` bytes or ``None``, the default): an optional cap on
       one reply's size on the wire; set, every received byte's framing is followed in
       Python (CPU on replies of many small values). See docs/robustness.md.
+    * ``cache`` (:class:`~trio_maint.CacheConfig` or ``None``, the default: off):
+      client-side caching, see docs/caching.md. Not with ``ssl`` (``ValueError``).
     """
 
     host: str = "localhost"
@@ -172,6 +180,7 @@ class ClientOptions:
     max_bulk_len: int = attrs.field(default=DEFAULT_MAX_BULK_LEN, validator=check_cap)
     max_aggregate_len: int = attrs.field(default=DEFAULT_MAX_AGGREGATE_LEN, validator=check_cap)
     max_reply_bytes: int | None = attrs.field(default=None, validator=check_optional_cap)
+    cache: CacheConfig | None = attrs.field(default=None, validator=_check_cache)
 
     @pool_size.validator
     def _check_pool_size(self, attribute: attrs.Attribute[int], value: int) -> None:
@@ -187,6 +196,8 @@ class ClientOptions:
             raise ValueError("min_idle_conns must be <= pool_size")
         if self.unix_path is not None and self.ssl:
             raise ValueError("ssl cannot be used with a Unix socket")
+        if self.cache is not None and self.ssl:
+            raise ValueError("client-side caching (cache=) is not available over TLS yet")
 
     @property
     def frame_limits(self) -> FrameLimits:

@@ -1,0 +1,311 @@
+"""Client-side caching against a real redis-server (docs/caching.md): hits and misses,
+invalidation on a write by another client (also when the invalidation is on the socket but
+no task has read it yet), eviction by entries and by bytes, TTL on a MockClock, BCAST with
+prefixes, the tracking connection lost and set up again, malformed invalidations ignored,
+nothing left after the client's block."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import trio_maint
+from trio_maint import CacheConfig, MaintConfig
+from trio_maint._client.cache import _Slot
+from trio_maint._sansio.cache import entry_size
+from trio_maint._sansio.encode import encode_command
+from trio_maint.testing import RedisServer
+
+pytestmark = pytest.mark.trio
+
+OFF = MaintConfig(mode="disabled")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+async def writer(server: RedisServer) -> AsyncIterator[trio_maint.Redis]:
+    async with trio_maint.open_redis(server.url, maintenance=OFF) as w:
+        await w.flushall()
+        yield w
+
+
+async def ready(r: trio_maint.Redis) -> trio_maint.ClientCache:
+    """The client's cache once its tracking connection is up."""
+    cache = r.cache
+    assert cache is not None
+    with trio.fail_after(5):
+        while not cache.machine.serving:
+            await trio.sleep(0.005)
+    return cache
+
+
+async def until(predicate: Any, timeout: float = 5.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.002)
+
+
+async def test_hits_and_misses(server: RedisServer, writer: trio_maint.Redis) -> None:
+    await writer.set("k", "v1")
+    await writer.hset("h", mapping={"a": "1", "b": "2"})
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=CacheConfig()) as r:
+        cache = await ready(r)
+        assert await r.get("k") == b"v1"
+        assert await r.get("k") == b"v1"
+        assert await r.get(b"k") == b"v1"  # same entry
+        assert await r.hgetall("h") == {b"a": b"1", b"b": b"2"}
+        h = await r.hgetall("h")
+        h[b"c"] = b"3"  # a caller changing a reply does not change the cache
+        assert await r.hgetall("h") == {b"a": b"1", b"b": b"2"}
+        assert await r.execute_command("GET", "k") == b"v1"
+        assert await r.get("missing") is None
+        assert await r.get("missing") is None
+        await r.set("other", "x")  # not cacheable: through the pool
+        stats = cache.stats()
+        assert (stats.misses, stats.hits, stats.entries) == (3, 6, 3)
+        assert stats.bytes > 0 and stats.hit_ratio == pytest.approx(6 / 9)
+        assert cache.connection is not None
+        assert all(c is not cache.connection for c in r.pool.connections)
+
+
+async def test_invalidation_on_a_write_by_another_client(
+    server: RedisServer, writer: trio_maint.Redis
+) -> None:
+    await writer.set("k", "old")
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=CacheConfig()) as r:
+        cache = await ready(r)
+        assert await r.get("k") == b"old"
+        assert await r.get("k") == b"old"
+        await writer.set("k", "new")
+        await until(lambda: cache.stats().invalidations == 1)
+        assert await r.get("k") == b"new"
+        await writer.delete("k")
+        assert await cache.sync()  # one round trip: the invalidation is handled
+        assert await r.get("k") is None
+        assert cache.stats().invalidations == 2
+
+
+async def test_invalidation_on_the_socket_but_not_yet_read(
+    server: RedisServer, writer: trio_maint.Redis
+) -> None:
+    """The guarantee itself: the server has written the invalidation to the tracking
+    socket, no task has read it (the event loop is blocked meanwhile), and a cached read
+    that starts now returns the new value, not the cached one."""
+    await writer.set("k", "old")
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=CacheConfig()) as r:
+        cache = await ready(r)
+        for round in range(20):
+            assert await r.get("k") == (b"old" if round == 0 else f"v{round - 1}".encode())
+            assert await r.get("k") is not None  # a hit
+            hits = cache.stats().hits
+            await writer.set("k", f"v{round}")
+            # Block the event loop: the server writes the invalidation to the tracking
+            # socket, and the reader task cannot run meanwhile.
+            time.sleep(0.02)  # noqa: ASYNC251
+            assert await r.get("k") == f"v{round}".encode()
+            assert cache.stats().hits == hits  # a miss: the invalidation was read first
+            assert cache.stats().invalidations == round + 1
+
+
+async def test_eviction_by_entries(server: RedisServer, writer: trio_maint.Redis) -> None:
+    for i in range(5):
+        await writer.set(f"k{i}", i)
+    config = CacheConfig(max_size=3)
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=config) as r:
+        cache = await ready(r)
+        for i in range(4):
+            assert await r.get(f"k{i}") == b"%d" % i
+        stats = cache.stats()
+        assert (stats.entries, stats.evictions) == (3, 1)
+        misses = stats.misses
+        assert await r.get("k0") == b"0"  # the least recently used was evicted
+        assert cache.stats().misses == misses + 1
+        assert await r.get("k3") == b"3"
+        assert cache.stats().misses == misses + 1
+
+
+async def test_eviction_by_bytes(server: RedisServer, writer: trio_maint.Redis) -> None:
+    value = b"x" * 1000
+    for i in range(5):
+        await writer.set(f"b{i}", value)
+    one = entry_size(("GET", b"b0"), value)
+    config = CacheConfig(max_bytes=3 * one + 100)
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=config) as r:
+        cache = await ready(r)
+        for i in range(5):
+            assert await r.get(f"b{i}") == value
+        stats = cache.stats()
+        assert stats.entries == 3 and stats.evictions == 2
+        assert stats.bytes == 3 * one <= config.max_bytes  # type: ignore[operator]
+        await writer.set("big", b"y" * 10_000)
+        assert await r.get("big") == b"y" * 10_000  # larger than max_bytes: not stored
+        assert cache.stats().not_stored == 1 and cache.stats().entries == 3
+
+
+@pytest.fixture
+def mock_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+async def test_ttl_on_mock_clock(server: RedisServer, mock_clock: trio.testing.MockClock) -> None:
+    """TTL in virtual time; no timer of the client runs meanwhile (no socket or connect
+    timeout, no idle reaping, a health check far away), so the autojumping clock only
+    moves when the test sleeps (and never while a reply is awaited)."""
+    config = CacheConfig(ttl=2.5, health_check_interval=10**6)
+    async with trio_maint.open_redis(
+        server.url,
+        maintenance=OFF,
+        cache=config,
+        socket_timeout=None,
+        connect_timeout=None,
+        conn_max_idle_time=None,
+    ) as r:
+        await r.set("k", "v")
+        cache = r.cache
+        assert cache is not None
+        started = time.monotonic()
+        while not cache.machine.serving:  # busy: the autojumping clock stays put
+            assert time.monotonic() - started < 5
+            await trio.lowlevel.checkpoint()
+        assert await r.get("k") == b"v"
+        stored = trio.current_time()
+        await trio.sleep(2.4)
+        assert trio.current_time() - stored == pytest.approx(2.4)
+        assert await r.get("k") == b"v"
+        assert cache.stats().hits == 1
+        await trio.sleep(0.2)
+        assert await r.get("k") == b"v"  # expired: read again and stored again
+        stats = cache.stats()
+        assert (stats.hits, stats.expirations, stats.stores) == (1, 1, 2)
+
+
+async def test_bcast_with_prefixes(server: RedisServer, writer: trio_maint.Redis) -> None:
+    await writer.set("user:1", "a")
+    await writer.set("other", "b")
+    config = CacheConfig(mode="bcast", prefixes=["user:"])
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=config) as r:
+        cache = await ready(r)
+        assert await r.get("user:1") == b"a"
+        assert await r.get("user:1") == b"a"
+        assert await r.get("other") == b"b"
+        assert await r.get("other") == b"b"  # outside the prefixes: never cached
+        assert cache.stats().hits == 1 and cache.stats().entries == 1
+        await writer.set("user:1", "c")
+        time.sleep(0.02)  # noqa: ASYNC251 (the invalidation is on the socket, unread)
+        assert await r.get("user:1") == b"c"
+        assert await cache.sync()
+
+
+async def test_tracking_connection_lost_flushes_and_recovers(
+    server: RedisServer, writer: trio_maint.Redis
+) -> None:
+    await writer.set("k", "v1")
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=CacheConfig()) as r:
+        cache = await ready(r)
+        await r.get("k")
+        first = cache.connection
+        assert first is not None
+        await writer.client_kill_filter(_id=first.server_info[b"id"])
+        await until(lambda: cache.connection is not first and cache.machine.serving)
+        stats = cache.stats()
+        assert stats.flushes.get("tracking_lost") == 1 and stats.entries == 0
+        await writer.set("k", "v2")
+        assert await r.get("k") == b"v2"
+        assert await r.get("k") == b"v2"
+        assert cache.stats().hits == 1
+
+
+async def test_tracking_turned_off_is_found_by_the_check(
+    server: RedisServer, writer: trio_maint.Redis
+) -> None:
+    """A tracking connection that stops being tracked (as one a proxy re-points to
+    another server) fails ``CLIENT CACHING YES``: the cache flushes and sets up again."""
+    await writer.set("k", "v")
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=CacheConfig()) as r:
+        cache = await ready(r)
+        await r.get("k")
+        conn, tracker = cache.connection, cache._tracker
+        assert conn is not None and tracker is not None
+        # Turn tracking off behind the cache's back, on its own connection.
+        cache._send(tracker, encode_command(("CLIENT", "TRACKING", "OFF")), [_Slot(0)])
+        await writer.set("k2", "w")
+        assert await r.get("k2") == b"w"  # CLIENT CACHING YES refused: read through the pool
+        await until(lambda: cache.machine.serving and cache.connection is not conn)
+        assert conn.closed
+        assert cache.stats().flushes.get("server_changed") == 1
+        assert await r.get("k") == b"v"
+        assert await r.get("k") == b"v"
+
+
+async def test_malformed_invalidations_are_ignored(
+    server: RedisServer, writer: trio_maint.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=CacheConfig()) as r:
+        cache = await ready(r)
+        tracker = cache._tracker
+        assert tracker is not None
+        await writer.set("k", "v")
+        await r.get("k")
+        with caplog.at_level(logging.WARNING, logger="trio_maint.cache"):
+            for frame in ([b"invalidate", 5], [b"invalidate", [1, 2]], [b"invalidate"]):
+                cache._push(tracker, frame)
+        assert cache.stats().entries == 1 and cache.machine.serving
+        lines = [r for r in caplog.records if "malformed invalidation" in r.getMessage()]
+        assert len(lines) == 1  # rate-limited
+        cache._push(tracker, [b"invalidate", [b"k"]])
+        assert cache.stats().entries == 0
+
+
+async def test_cache_config_alias_and_refusals(server: RedisServer) -> None:
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache_config=CacheConfig()) as r:
+        assert r.cache is not None
+    with pytest.raises(ValueError, match="TLS"):
+        trio_maint.ClientOptions(ssl=True, cache=CacheConfig())
+    with pytest.raises(TypeError, match="CacheConfig"):
+        trio_maint.ClientOptions(cache={"max_size": 1})  # type: ignore[arg-type]
+    async with trio_maint.open_redis(server.url, maintenance=OFF) as plain:
+        assert plain.cache is None
+
+
+async def test_nothing_outlives_the_block(server: RedisServer, writer: trio_maint.Redis) -> None:
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=CacheConfig()) as r:
+        cache = await ready(r)
+        await writer.set("k", "v")
+        await r.get("k")
+        conn = cache.connection
+    assert conn is not None and conn.closed
+    assert cache.connection is None
+    clients = await writer.client_list()
+    assert len(clients) == 1  # only the writer
+
+
+async def test_cancelled_reads_leave_the_cache_usable(
+    server: RedisServer, writer: trio_maint.Redis
+) -> None:
+    for i in range(50):
+        await writer.set(f"c{i}", i)
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=CacheConfig()) as r:
+        cache = await ready(r)
+        for i in range(50):
+            with trio.move_on_after(0):
+                await r.get(f"c{i}")  # cancelled at its first checkpoint
+        async with trio.open_nursery() as nursery:
+            for i in range(50):
+                nursery.start_soon(r.get, f"c{i}")
+            await trio.lowlevel.checkpoint()
+            nursery.cancel_scope.cancel()  # some cancelled while their reply is owed
+        for i in range(50):
+            assert await r.get(f"c{i}") == b"%d" % i
+        assert cache.machine.serving and cache.connection is not None
+        assert cache.machine.store.reads_in_flight() == 0

@@ -1,0 +1,634 @@
+"""Client-side caching, the Trio shell (``r.cache``): :class:`ClientCache`.
+
+The cache reads through a *tracking connection* of its own (docs/caching.md has the design
+and the guarantee): ``CLIENT TRACKING ON OPTIN`` (or ``BCAST``) on it, each cached read
+sent there as ``CLIENT CACHING YES`` + the read, so the server tracks exactly the keys
+read there and sends their invalidations on the same stream, in order with the replies.
+One reader task reads it all the time; a task about to serve a cached value first reads,
+synchronously, whatever the socket holds. Decisions are
+:class:`~trio_maint._sansio.cache_machine.CacheMachine`'s; this module carries them out.
+
+With maintenance handling on, the tracking connection is one more subscriber of the
+client's :class:`~trio_maint.MaintenanceHandler` (a
+:class:`~trio_maint.lowlevel.PubSubLink`): it dials the current endpoint, its
+notifications are handled as the pool's are, and a MOVING hands it off make-before-break
+(:meth:`ClientCache.adopt_connection`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from typing import Any, Final, Literal
+
+import trio
+
+from .._maint.handler import MaintenanceHandler
+from .._maint.link import PubSubLink
+from .._net.connection import Connection
+from .._net.tracking import next_frame, read_nowait, wait_readable, wait_writable, write_nowait
+from .._sansio.cache import CacheStats, ReadTicket, copy_reply
+from .._sansio.cache_config import CacheConfig, cache_request
+from .._sansio.cache_machine import (
+    CacheAction,
+    CacheMachine,
+    Connect,
+    Disable,
+    DropTracking,
+    Flushed,
+    Verify,
+)
+from .._sansio.encode import encode_command
+from .._sansio.errors import ConnectionClosedError, DataError, RedisError
+from .._sansio.errors import ConnectionError as RedisConnectionError
+from .._sansio.loglimit import log_limited
+from .._sansio.notifications import Malformed, parse_notification
+from .._sansio.options import ClientOptions
+from .._sansio.resp import NEED_DATA, CommandArg, PushNotification
+from .._sansio.slots import key_slot
+from .._sansio.unset import UNSET, Unset
+
+__all__ = ["BYPASS", "DRAIN_BUDGET", "MAX_PENDING", "ClientCache"]
+
+logger = logging.getLogger("trio_maint.cache")
+
+#: Returned by :meth:`ClientCache.command` when the read is not the cache's to serve: the
+#: caller sends it through the pool as usual.
+BYPASS: Final = object()
+#: Most replies owed on the tracking connection (``int``); beyond it reads bypass the cache.
+MAX_PENDING: Final = 10_000
+#: Most bytes a synchronous check of the tracking socket reads before a value is served
+#: (``int``); when more are waiting the read bypasses the cache (the reader catches up).
+DRAIN_BUDGET: Final = 1 << 20
+
+_LOST: Final = object()
+_READ, _CACHING, _VERIFY = 0, 1, 2
+_CACHING_YES: Final = encode_command(("CLIENT", "CACHING", "YES"))
+_TRACKINGINFO: Final = encode_command(("CLIENT", "TRACKINGINFO"))
+_INVALIDATE: Final = (b"invalidate", "invalidate")
+
+
+class _Slot:
+    """One reply owed on a tracking connection, and who waits for it."""
+
+    __slots__ = ("done", "kind", "task", "ticket", "value")
+
+    def __init__(self, kind: int, ticket: ReadTicket | None = None) -> None:
+        self.kind = kind
+        self.ticket = ticket
+        self.task: trio.lowlevel.Task | None = None
+        self.value: Any = None
+        self.done = False
+
+
+class _Tracker:
+    """One tracking connection: the replies owed on it, the bytes not yet written, the
+    scope of its reader and writer tasks."""
+
+    __slots__ = ("conn", "dead", "out", "pending", "retired", "scope", "writer_wake")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.pending: deque[_Slot] = deque()
+        self.out = bytearray()
+        self.dead = False
+        self.retired = False
+        self.scope = trio.CancelScope()
+        self.writer_wake = trio.Event()
+
+
+def _flags_tracked(reply: Any) -> bool:
+    """Whether a ``CLIENT TRACKINGINFO`` reply says ``bcast`` tracking is on."""
+    if not isinstance(reply, dict):
+        return False
+    flags = reply.get(b"flags", reply.get("flags"))
+    if not isinstance(flags, list | set | tuple):
+        return False
+    names = {f.decode() if isinstance(f, bytes) else str(f) for f in flags}
+    return "on" in names and "bcast" in names
+
+
+class ClientCache:
+    """The client-side cache of one client (``r.cache``, ``None`` when caching is off):
+    made by :func:`~trio_maint.open_redis` when ``cache=CacheConfig(...)`` is given, and
+    run for the client's lifetime inside its nursery.
+
+    :ivar config: the :class:`~trio_maint.CacheConfig`.
+    :ivar machine: the :class:`~trio_maint._sansio.cache_machine.CacheMachine` (its
+        ``phase`` and ``serving`` tell whether the cache serves now).
+    """
+
+    def __init__(
+        self,
+        config: CacheConfig,
+        options: ClientOptions,
+        handler: MaintenanceHandler,
+        *,
+        slots: bool = False,
+    ) -> None:
+        if options.ssl:
+            raise ValueError("client-side caching is not available over TLS (docs/caching.md)")
+        self.config: Final = config
+        self.machine: Final = CacheMachine(config, slots=slots)
+        self._options = options
+        self._handler = handler
+        self._link: PubSubLink | None = None
+        if handler.config.enabled:
+            self._link = handler.pubsub_link()
+            self._link.attach(self)
+        self._tracker: _Tracker | None = None
+        self._nursery: trio.Nursery | None = None
+        self._timer: trio.CancelScope | None = None
+        self._connecting = False
+        self._closed = False
+        self._prefixes = config.bcast and bool(config.prefixes)
+
+    def __repr__(self) -> str:
+        stats = self.machine.stats()
+        return f"<ClientCache {self.machine.phase.value} entries={stats.entries}>"
+
+    # -------------------------------------------------------------------- public API
+
+    def stats(self) -> CacheStats:
+        """A :class:`~trio_maint.CacheStats` snapshot (hits, misses, evictions,
+        invalidations, flushes by cause, entries, bytes, ...)."""
+        return self.machine.stats()
+
+    def invalidate(self, *keys: str | bytes) -> int:
+        """Remove the entries reading any of ``keys`` (``str`` keys are UTF-8 encoded) and
+        keep the reads of them in flight out of the cache. Only this client's cache:
+        nothing is sent. :returns: the entries removed (``int``)."""
+        return self.machine.invalidate_keys([k.encode() if isinstance(k, str) else k for k in keys])
+
+    def clear(self) -> int:
+        """Remove every entry (counted as a ``clear`` flush). :returns: how many (``int``)."""
+        return self.machine.clear()
+
+    async def sync(self) -> bool:
+        """Wait until every invalidation the server sent this client before the call has
+        been handled: one round trip on the tracking connection, which also proves it is
+        still tracked (else the cache is flushed and tracking set up again).
+
+        :returns: whether the cache serves now (``bool``; ``False`` when there is no
+            tracking connection, caching is disabled, or the check failed).
+        """
+        tracker = self._tracker
+        if tracker is None or tracker.dead:
+            await trio.lowlevel.checkpoint()
+            return False
+        slot = self._submit_verify(tracker)
+        if slot is None:
+            await trio.lowlevel.checkpoint()
+            return False
+        await self._wait(tracker, slot, self._options.socket_timeout)
+        return self.machine.serving
+
+    # -------------------------------------------------------------------- reads
+
+    async def command(
+        self,
+        args: tuple[CommandArg, ...],
+        timeout: float | Literal[Unset.UNSET] | None = UNSET,
+        slot: int | None = None,
+    ) -> Any:
+        """Serve a cacheable read from the cache, or read it through the tracking
+        connection and store the reply; :data:`BYPASS` for anything else (not cacheable,
+        caching suspended, an error reply, the tracking connection lost meanwhile): the
+        caller then sends it through the pool. A schedule point.
+
+        :param slot: the keys' slot (cluster), for slot flushes.
+        """
+        request = cache_request(args, self.config.allow_list)
+        if request is None or (self._prefixes and not self.config.covers(request[1])):
+            return BYPASS
+        await trio.lowlevel.checkpoint()
+        # From here on no schedule point until the answer: what the tracking socket holds
+        # is handled first, so a value the server invalidated before now is not served.
+        tracker = self._tracker
+        if tracker is not None and not self._drain(tracker):
+            self.machine.store.bypass()
+            return BYPASS
+        machine = self.machine
+        cache_key, keys = request
+        hit, value = machine.lookup(cache_key, trio.current_time())
+        if hit:
+            return copy_reply(value)
+        tracker = self._tracker
+        if tracker is None or tracker.dead or len(tracker.pending) >= MAX_PENDING:
+            machine.store.bypass()
+            return BYPASS
+        if self.machine.slots and slot is None:
+            slot = key_slot(keys[0])
+        ticket = machine.begin(cache_key, keys, slot)
+        if ticket is None:
+            return BYPASS
+        pending = self._submit_read(tracker, args, ticket)
+        if pending is None:
+            return BYPASS
+        configured = self._options.socket_timeout if timeout is UNSET else timeout
+        value = await self._wait(tracker, pending, configured)
+        if value is _LOST or isinstance(value, RedisError):
+            return BYPASS
+        return value
+
+    def _submit_read(
+        self, tracker: _Tracker, args: tuple[CommandArg, ...], ticket: ReadTicket
+    ) -> _Slot | None:
+        try:
+            data = encode_command(args)
+        except DataError:
+            self.machine.abandon(ticket)
+            return None
+        slot = _Slot(_READ, ticket)
+        if self.config.bcast:
+            slots = [slot]
+        else:
+            data = _CACHING_YES + data
+            slots = [_Slot(_CACHING), slot]
+        if not self._send(tracker, data, slots):
+            return None
+        return slot
+
+    def _submit_verify(self, tracker: _Tracker) -> _Slot | None:
+        slot = _Slot(_VERIFY)
+        data = _TRACKINGINFO if self.config.bcast else _CACHING_YES
+        return slot if self._send(tracker, data, [slot]) else None
+
+    def _send(self, tracker: _Tracker, data: bytes, slots: list[_Slot]) -> bool:
+        """Queue ``slots`` and write ``data`` (synchronously as far as the socket takes
+        it; the writer task writes the rest, in order). ``False``: the tracking
+        connection failed (the slots were released)."""
+        if tracker.dead or tracker.retired:
+            for slot in slots:
+                if slot.ticket is not None:
+                    self.machine.abandon(slot.ticket)
+            return False
+        tracker.pending.extend(slots)
+        if tracker.out:
+            tracker.out += data
+            return True
+        try:
+            written = write_nowait(tracker.conn, data)
+        except RedisError as exc:
+            self._failed(tracker, exc)
+            return False
+        if written < len(data):
+            tracker.out += data[written:]
+            tracker.writer_wake.set()
+        return True
+
+    async def _wait(self, tracker: _Tracker, slot: _Slot, timeout: float | None) -> Any:
+        """Wait for ``slot``'s reply: its value, or :data:`_LOST`. A reply that does not
+        come within ``timeout`` seconds (relaxed during maintenance) fails the tracking
+        connection. Cancellation leaves the slot in place; its reply is dropped."""
+        if not slot.done:
+            policy = tracker.conn.timeouts
+            now = trio.current_time()
+            if policy is not None:
+                timeout = policy.effective(timeout, now)
+            deadline = math.inf if timeout is None else now + timeout
+            slot.task = trio.lowlevel.current_task()
+
+            def abort(_: Any) -> trio.lowlevel.Abort:
+                slot.task = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            with trio.move_on_at(deadline) as scope:
+                await trio.lowlevel.wait_task_rescheduled(abort)
+            if scope.cancelled_caught and not slot.done:
+                self._failed(tracker, TimeoutError("no reply on the tracking connection in time"))
+        else:
+            await trio.lowlevel.checkpoint()
+        return slot.value if slot.done else _LOST
+
+    # ------------------------------------------------------------ the reading side
+
+    def _drain(self, tracker: _Tracker) -> bool:
+        """Read and handle, synchronously, what the tracking socket holds. ``False``: more
+        than :data:`DRAIN_BUDGET` bytes were waiting (handled up to there)."""
+        budget = DRAIN_BUDGET
+        conn = tracker.conn
+        try:
+            while not tracker.dead:
+                count = read_nowait(conn)
+                self._frames(tracker)
+                if count == 0:
+                    return True
+                budget -= count
+                if budget <= 0:
+                    return False
+        except (RedisError, TypeError) as exc:
+            self._failed(tracker, exc)
+        return True
+
+    def _frames(self, tracker: _Tracker) -> None:
+        conn = tracker.conn
+        while not tracker.dead:
+            frame = next_frame(conn)
+            if frame is NEED_DATA:
+                return
+            if frame.__class__ is PushNotification:
+                self._push(tracker, frame)
+            else:
+                self._reply(tracker, frame)
+
+    def _reply(self, tracker: _Tracker, value: Any) -> None:
+        if not tracker.pending:
+            self._failed(
+                tracker, RedisError(f"unexpected reply on the tracking connection: {value!r:.100}")
+            )
+            return
+        slot = tracker.pending.popleft()
+        now = trio.current_time()
+        if slot.kind == _CACHING:
+            if isinstance(value, RedisError):
+                # No longer tracked here (a proxy re-pointed it to another server).
+                self._carry_out(self.machine.caching_refused(now), tracker)
+            return
+        if slot.kind == _VERIFY:
+            ok = _flags_tracked(value) if self.config.bcast else not isinstance(value, RedisError)
+            if tracker is self._tracker:
+                self._carry_out(self.machine.verified(ok, now))
+            self._deliver(slot, ok)
+        else:
+            ticket = slot.ticket
+            if ticket is not None:
+                if isinstance(value, RedisError):
+                    self.machine.abandon(ticket)
+                elif self.machine.finish(ticket, value, now):
+                    value = copy_reply(value)  # the stored object stays the cache's own
+            self._deliver(slot, value)
+        if tracker.retired and not tracker.pending:
+            self._drop(tracker, "handed off")
+
+    @staticmethod
+    def _deliver(slot: _Slot, value: Any) -> None:
+        slot.value = value
+        slot.done = True
+        task = slot.task
+        if task is not None:
+            slot.task = None
+            trio.lowlevel.reschedule(task)
+
+    def _push(self, tracker: _Tracker, frame: list[Any]) -> None:
+        name = frame[0] if frame else None
+        if name in _INVALIDATE:
+            keys = frame[1] if len(frame) == 2 else 0
+            if keys is None:
+                self._carry_out(self.machine.invalidation(None))
+                return
+            if isinstance(keys, list) and all(isinstance(k, bytes | str) for k in keys):
+                self._carry_out(
+                    self.machine.invalidation(
+                        [
+                            k.encode("utf-8", "surrogateescape") if isinstance(k, str) else k
+                            for k in keys
+                        ]
+                    )
+                )
+                return
+            log_limited(
+                logger,
+                logging.WARNING,
+                "cache_invalidation_malformed",
+                trio.current_time(),
+                "tracking connection %d: ignoring a malformed invalidation (%.100r)",
+                tracker.conn.id,
+                frame,
+                extra={"event": "cache_invalidation_malformed", "conn_id": tracker.conn.id},
+            )
+            return
+        if tracker is not self._tracker:
+            return  # a retired connection's notifications are the past
+        if self._link is not None:
+            self._link.push(tracker.conn, frame)  # the maintenance handler's own handling
+        notification = parse_notification(frame)
+        if notification is not None and not isinstance(notification, Malformed):
+            self._carry_out(self.machine.notification(notification, trio.current_time()))
+
+    async def _read_loop(self, tracker: _Tracker) -> None:
+        try:
+            while not tracker.dead:
+                await wait_readable(tracker.conn)
+                if not self._drain(tracker):
+                    await trio.lowlevel.checkpoint()
+        except RedisError as exc:
+            self._failed(tracker, exc)
+
+    async def _write_loop(self, tracker: _Tracker) -> None:
+        try:
+            while not tracker.dead:
+                await tracker.writer_wake.wait()
+                tracker.writer_wake = trio.Event()
+                while tracker.out and not tracker.dead:
+                    await wait_writable(tracker.conn)
+                    written = write_nowait(tracker.conn, tracker.out)
+                    del tracker.out[:written]
+        except RedisError as exc:
+            self._failed(tracker, exc)
+
+    # --------------------------------------------------------- tracking connections
+
+    def _failed(self, tracker: _Tracker, exc: BaseException) -> None:
+        if tracker.dead:
+            return
+        if tracker is self._tracker and not self._closed:
+            log_limited(
+                logger,
+                logging.INFO,
+                "cache_tracking_lost",
+                trio.current_time(),
+                "tracking connection %d lost (%s): cache flushed, reconnecting",
+                tracker.conn.id,
+                exc,
+                extra={"event": "cache_tracking_lost", "conn_id": tracker.conn.id},
+            )
+            self._carry_out(self.machine.lost(trio.current_time()), tracker)
+        else:
+            self._drop(tracker, repr(exc))
+
+    def _drop(self, tracker: _Tracker, reason: str) -> None:
+        """Close ``tracker``'s connection; its waiting reads get :data:`_LOST` (they go
+        through the pool)."""
+        if tracker.dead:
+            return
+        tracker.dead = True
+        if tracker is self._tracker:
+            self._tracker = None
+        tracker.scope.cancel()
+        tracker.conn.close_nowait()
+        pending, tracker.pending = tracker.pending, deque()
+        for slot in pending:
+            if slot.ticket is not None:
+                self.machine.abandon(slot.ticket)
+            self._deliver(slot, _LOST)
+        logger.debug("tracking connection %d closed: %s", tracker.conn.id, reason)
+
+    async def _setup(self, conn: Connection) -> bool:
+        """Turn tracking on on ``conn``. ``False``: the server refused (caching is then
+        disabled); connection errors propagate."""
+        reply = await conn.execute(self.config.tracking_command())
+        if isinstance(reply, RedisError):
+            self._carry_out(self.machine.refused(str(reply)))
+            return False
+        return True
+
+    def _install(self, conn: Connection) -> _Tracker:
+        nursery = self._nursery
+        if nursery is None or self._closed:
+            raise ConnectionClosedError("the client is closed")
+        tracker = _Tracker(conn)
+        self._tracker = tracker
+        nursery.start_soon(self._run_tracker, tracker)
+        return tracker
+
+    async def _run_tracker(self, tracker: _Tracker) -> None:
+        with tracker.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_loop, tracker)
+                await self._read_loop(tracker)
+                nursery.cancel_scope.cancel()
+
+    async def _connect(self, at: float) -> None:
+        actions: list[CacheAction] = []
+        conn: Connection | None = None
+        try:
+            await trio.sleep_until(at)
+            if self._closed:
+                return
+            if self._link is not None:
+                conn = await self._link.connect()
+            else:
+                conn = await Connection.open(self._options)
+            if not await self._setup(conn):
+                conn.close_nowait()
+                return
+            if self._nursery is None:  # the client closed meanwhile
+                conn.close_nowait()
+                return
+            old = self._tracker
+            if old is not None:
+                self._drop(old, "replaced")
+            self._install(conn)
+            actions = self.machine.connected(trio.current_time())
+        except (RedisError, OSError) as exc:
+            if conn is not None:
+                conn.close_nowait()
+            log_limited(
+                logger,
+                logging.WARNING,
+                "cache_tracking_connect_failed",
+                trio.current_time(),
+                "cannot open the cache's tracking connection: %s",
+                exc,
+                extra={"event": "cache_tracking_connect_failed"},
+            )
+            actions = self.machine.connect_failed(trio.current_time())
+        finally:
+            self._connecting = False
+        self._carry_out(actions)
+
+    async def adopt_connection(self, conn: Connection) -> None:
+        """A handoff's new connection (a MOVING, through the maintenance handler): turn
+        tracking on there, make it the tracking connection, flush, and close the old one
+        once the replies owed on it have come (make-before-break).
+
+        :raises ConnectionClosedError: the client is closed (``conn`` is left open).
+        :raises ConnectionError: the new endpoint refused tracking (the handoff fails;
+            the old connection stays).
+        """
+        if self._closed:
+            raise ConnectionClosedError("the client is closed")
+        reply = await conn.execute(self.config.tracking_command())
+        if isinstance(reply, RedisError):
+            raise RedisConnectionError(f"the new endpoint refused CLIENT TRACKING: {reply}")
+        old = self._tracker
+        self._install(conn)
+        if old is not None:
+            old.retired = True
+            if not old.pending:
+                self._drop(old, "handed off")
+        self._carry_out(self.machine.handed_off(trio.current_time()))
+
+    @property
+    def connection(self) -> Connection | None:
+        """The tracking connection, or ``None`` (for the maintenance handler)."""
+        tracker = self._tracker
+        return None if tracker is None else tracker.conn
+
+    # --------------------------------------------------------------------- actions
+
+    def _carry_out(self, actions: list[CacheAction], tracker: _Tracker | None = None) -> None:
+        for action in actions:
+            if isinstance(action, DropTracking):
+                target = tracker if tracker is not None else self._tracker
+                if target is not None:
+                    self._drop(target, action.reason)
+            elif isinstance(action, Connect):
+                if not self._connecting and self._nursery is not None and not self._closed:
+                    self._connecting = True
+                    self._nursery.start_soon(self._connect, action.at)
+            elif isinstance(action, Verify):
+                current = self._tracker
+                if current is not None and self._nursery is not None:
+                    slot = self._submit_verify(current)
+                    if slot is not None:
+                        self._nursery.start_soon(self._verify_deadline, current, slot)
+            elif isinstance(action, Flushed):
+                logger.debug("cache flushed (%s): %d entries", action.cause, action.entries)
+            elif isinstance(action, Disable):
+                logger.warning(
+                    "client-side caching disabled: the server refused CLIENT TRACKING (%s)",
+                    action.reason,
+                    extra={"event": "cache_disabled"},
+                )
+        timer = self._timer
+        if timer is not None:
+            timer.deadline = self.machine.next_wake
+
+    async def _verify_deadline(self, tracker: _Tracker, slot: _Slot) -> None:
+        timeout = self._options.socket_timeout
+        if timeout is None:
+            return
+        policy = tracker.conn.timeouts
+        if policy is not None:
+            timeout = policy.effective(timeout, trio.current_time())
+        if timeout is None:
+            return
+        await trio.sleep(timeout)
+        if not slot.done and not tracker.dead:
+            self._failed(tracker, TimeoutError("no answer to the tracking check in time"))
+
+    async def _run_timer(self) -> None:
+        while True:
+            with trio.CancelScope(deadline=self.machine.next_wake) as scope:
+                self._timer = scope
+                await trio.sleep_forever()
+            self._timer = None
+            now = trio.current_time()
+            if now >= self.machine.next_wake:
+                self._carry_out(self.machine.timer(now))
+
+    async def run(self) -> None:
+        """Run the cache for the client's lifetime (in its nursery): the tracking
+        connection's reader and writer, its (re)connection, the checks. Cancelled when
+        the client closes; then every tracking connection is closed."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._run_timer)
+                self._carry_out(self.machine.start(trio.current_time()))
+                await trio.sleep_forever()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the tracking connection and stop (the client's exit calls it)."""
+        self._closed = True
+        self._nursery = None
+        tracker = self._tracker
+        if tracker is not None:
+            self._drop(tracker, "client closed")
+        if self._link is not None:
+            self._link.close()
