@@ -150,7 +150,7 @@ def test_unreachable_demo_warnings_once_formatted_on_stderr() -> None:
     assert lines, "no warning logged"
     for line in lines:
         assert LINE.match(line), f"unformatted line on stderr: {line!r}"
-    dial = [line for line in lines if "cannot connect to the new endpoint" in line]
+    dial = [line for line in lines if "the new endpoint is unreachable" in line]
     assert len(dial) == 1, lines
     assert " WARNING trio_maint." in dial[0]
     assert sum("circuit breaker for" in line for line in lines) == 1

@@ -4,6 +4,7 @@ Trio stream: the socket under it, closing it at once, a readable error message."
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 from typing import Any
 
@@ -86,10 +87,26 @@ def describe_error(exc: BaseException) -> str:
     wraps the real ``OSError``/``SSLError`` without a message of its own)."""
     text = str(exc)
     cause = exc.__cause__ or exc.__context__
+    if (
+        isinstance(cause, BaseExceptionGroup)
+        and text.startswith("all attempts to connect")
+        and cause.exceptions
+    ):
+        # trio's open_tcp_stream: the attempts' own errors say why (refused, unreachable),
+        # and the address is named by the caller already.
+        reasons = dict.fromkeys(_reason(e) for e in cause.exceptions)
+        return "; ".join(reasons)
     if cause is not None and (not text or isinstance(exc, trio.BrokenResourceError)):
         inner = describe_error(cause)
         return f"{text}: {inner}" if text else inner
     return text or type(exc).__name__
+
+
+def _reason(exc: BaseException) -> str:
+    """The OS's words for a failed connection attempt (its errno's) where it has them."""
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno)
+    return describe_error(exc)
 
 
 def close_stream(stream: trio.abc.Stream) -> None:

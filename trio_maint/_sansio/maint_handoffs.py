@@ -158,7 +158,7 @@ class HandoffDecisions:
         if outcome is Outcome.OK and dialed is not None:
             self._succeeded(rec, dialed, now, actions)
         elif rec.redo and outcome in (Outcome.DIAL_ERROR, Outcome.ERROR):
-            self._redo(rec, now, actions)
+            self._redo(rec, now, actions, dialed)
         elif outcome is Outcome.DIAL_ERROR and rec.attempts < self.config.max_handoff_retries:
             delay = min(RETRY_BASE_DELAY * 2 ** (rec.attempts - 1), self.config.handoff_timeout)
             rec.phase = Phase.RETRY_WAIT
@@ -171,18 +171,20 @@ class HandoffDecisions:
                         f"handoff to {dialed} failed after {rec.attempts} dial attempts: {error}"
                     )
                 )
-            self._failed_to(rec, error or outcome.value, now, actions)
+            self._failed_to(rec, error or outcome.value, now, actions, dialed)
         return actions
 
-    def _redo(self, rec: ConnRecord, now: float, actions: list[Action]) -> None:
+    def _redo(
+        self, rec: ConnRecord, now: float, actions: list[Action], dialed: Endpoint | None = None
+    ) -> None:
         """The target changed during an attempt: go to the new one (or stay, when the
-        connection is already there)."""
+        connection is already there). ``dialed``: the endpoint the attempt dialed."""
         mark = rec.mark
         if mark is not None and not mark.null and mark.target == rec.endpoint:
             self._returned(rec, actions)
         elif not self._queue(rec, now, actions):
             if rec.mark is None:
-                self._failed_to(rec, _blocked_error(rec), now, actions)
+                self._failed_to(rec, _blocked_error(rec), now, actions, dialed)
             else:  # paced: it goes back, its mark waits for the pacing window
                 self._returned(rec, actions, keep_mark=True)
 
@@ -219,10 +221,19 @@ class HandoffDecisions:
             return
         self._returned(rec, actions)
 
-    def _failed_to(self, rec: ConnRecord, reason: str, now: float, actions: list[Action]) -> None:
+    def _failed_to(
+        self,
+        rec: ConnRecord,
+        reason: str,
+        now: float,
+        actions: list[Action],
+        dialed: Endpoint | None = None,
+    ) -> None:
         """The handoff failed for good: a pooled connection is discarded, a subscriber
-        stays on its current connection."""
-        target = str(rec.mark.target if rec.mark is not None else rec.endpoint)
+        stays on its current connection. The event names the endpoint the last attempt
+        dialed (``dialed``), else the pending target, else where the connection is."""
+        where = dialed if dialed is not None else rec.mark.target if rec.mark else None
+        target = str(where if where is not None else rec.endpoint)
         latency = now - (rec.queued_at if rec.queued_at is not None else now)
         self._failed += 1
         actions.append(Emit(HandoffFailed(rec.conn_id, target, reason, latency, now)))
