@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import hiredis
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -126,3 +127,14 @@ def test_reply_counter_starts_clean_after_a_cut_frame() -> None:
     assert counter.count(b"$3\r\nx*x\r\n") == -1  # an aggregate type byte, even in a string
     assert counter.count(b"!5\r\nerror\r\n") == -1  # a type hiredis refuses
     assert counter.count(b"+OK\r\n") == 1
+
+
+@pytest.mark.parametrize(
+    "chunk", [b":0\r\n", b"#f\r\n", b",0\r\n", b"(0\r\n", b":0\r\n+OK\r\n:0\r\n"]
+)
+def test_replies_equal_to_false_are_counted(chunk: bytes) -> None:
+    """Regression: ``iter(gets, False)`` stopped at a reply equal to ``False`` (``:0``, a
+    ``DEL`` of missing keys, ``#f``, ``,0``), so the proxy believed a reply still owed and
+    ``migrate``'s switch waited its whole bound (5 s) with the connection's commands held."""
+    assert ReplyCounter().count(chunk) == len(RespScanner().feed(chunk))
+    assert RequestCounter(()).take(b"*1\r\n$4\r\nPING\r\n" * 2) == (28, 2)

@@ -26,6 +26,10 @@ _first: Final = operator.itemgetter(0)
 #: A frame fed to a drained reader: it comes back on its own only when the chunk left no
 #: frame open (see :func:`_at_boundary`).
 _PROBE: Final = b"+\r\n"
+#: What the readers' ``gets()`` return for "no whole frame": a sentinel of its own, since
+#: ``False`` is also a reply (RESP3 ``#f``) and ``iter(gets, False)`` would stop at any
+#: reply equal to it (``:0``, ``,0``).
+_NEED: Final = object()
 #: Type bytes of aggregates (and attributes); a reply chunk holding any of them anywhere is
 #: left to the frame scanner.
 _AGGREGATE_BYTES: Final = (b"*", b">", b"%", b"~", b"|")
@@ -57,10 +61,10 @@ class RequestCounter:
         """
         reader = self._reader
         if reader is None:
-            reader = self._reader = hiredis.Reader()
+            reader = self._reader = hiredis.Reader(notEnoughData=_NEED)
         reader.feed(data)
         try:
-            commands = list(iter(reader.gets, False))
+            commands = list(iter(reader.gets, _NEED))
         except hiredis.ProtocolError:
             commands = []
             at_boundary = False
@@ -110,10 +114,10 @@ class ReplyCounter:
                 return -1
         reader = self._reader
         if reader is None:
-            reader = self._reader = hiredis.Reader()
+            reader = self._reader = hiredis.Reader(notEnoughData=_NEED)
         reader.feed(data)
         try:
-            frames = len(list(iter(reader.gets, False)))
+            frames = len(list(iter(reader.gets, _NEED)))
         except hiredis.ProtocolError:
             frames = -1
         if frames < 0 or not _at_boundary(reader):
