@@ -446,3 +446,12 @@ def test_refused_disables() -> None:
     assert machine.phase is CachePhase.DISABLED and not machine.serving
     assert machine.lost(1.0) == [] and machine.connect_failed(1.0) == []
     assert machine.connected(1.0) == [DropTracking("caching is disabled")]
+
+
+def test_a_new_tracking_connection_flushes_what_the_old_one_read() -> None:
+    """A handoff installed one tracking connection and a reconnection another: the
+    entries read on the first lose their tracking when it is replaced."""
+    machine = _ready()
+    _fill(machine)
+    assert machine.connected(1.0) == [Flushed("replaced", 1)]
+    assert machine.serving and len(machine.store) == 0

@@ -10,7 +10,8 @@ and when the tracking connection must be (re-)established or checked:
 ======================================  =============================================
 event                                   decision
 ======================================  =============================================
-tracking connection ready               serve and store (phase ``READY``)
+tracking connection ready               serve and store (phase ``READY``); flush what
+                                        an earlier one read (``replaced``)
 lost / reset / refused ``CLIENT         flush all (``tracking_lost`` or
 CACHING`` / a failed check              ``server_changed``); reconnect at once, then
                                         with backoff (0.05 s doubling to 5 s)
@@ -234,14 +235,19 @@ class CacheMachine:
         return [Connect(now)]
 
     def connected(self, now: float) -> list[CacheAction]:
-        """A tracking connection is set up (``CLIENT TRACKING ON`` accepted)."""
+        """A tracking connection is set up (``CLIENT TRACKING ON`` accepted). It replaces
+        any other: entries read there lose their tracking when it closes, so they are
+        flushed (``replaced``)."""
         if self.phase is CachePhase.DISABLED:
             return [DropTracking("caching is disabled")]
+        actions: list[CacheAction] = []
+        if len(self.store) or self.store.reads_in_flight():
+            self._flush("replaced", actions)
         self._failures = 0
         self.phase = CachePhase.READY
         self._checking = False
         self._next_check = now + self.config.health_check_interval
-        return []
+        return actions
 
     def connect_failed(self, now: float) -> list[CacheAction]:
         """Dialing or setting up the tracking connection failed: try again later."""
