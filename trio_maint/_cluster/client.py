@@ -57,6 +57,7 @@ from .._sansio.retry import (
 )
 from .._sansio.slots import NodeInfo, SlotMap, command_keys, key_slot, keys_slot
 from .._sansio.unset import UNSET, Unset
+from .cache import BYPASS, cached_read
 from .node import Node, SlotMigrationHook
 from .pipeline import ClusterPipeline
 from .pubsub import ClusterPubSub
@@ -428,7 +429,11 @@ class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
                 slot = self._slot_of(args)
             except KeyError:
                 slot = await self._slot_of_unknown(args)
-            reply = await self._execute(args, slot, timeout)
+            reply = BYPASS
+            if self.options.cache is not None:  # client-side caching (docs/caching.md)
+                reply = await cached_read(self, args, slot, timeout)
+            if reply is BYPASS:
+                reply = await self._execute(args, slot, timeout)
         return reply if callback is None else apply_callback(callback, reply, args)
 
     async def execute_command(
