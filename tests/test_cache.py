@@ -17,10 +17,10 @@ import trio.testing
 
 import trio_maint
 from trio_maint import CacheConfig, MaintConfig
-from trio_maint._client.cache import _Slot
+from trio_maint._client.tracker import Slot
 from trio_maint._sansio.cache import entry_size
 from trio_maint._sansio.encode import encode_command
-from trio_maint.testing import RedisServer
+from trio_maint.testing import MaintenanceSimulator, RedisServer
 
 pytestmark = pytest.mark.trio
 
@@ -238,7 +238,7 @@ async def test_tracking_turned_off_is_found_by_the_check(
         conn, tracker = cache.connection, cache._tracker
         assert conn is not None and tracker is not None
         # Turn tracking off behind the cache's back, on its own connection.
-        cache._send(tracker, encode_command(("CLIENT", "TRACKING", "OFF")), [_Slot(0)])
+        cache._send(tracker, encode_command(("CLIENT", "TRACKING", "OFF")), [Slot(0)], None)
         await writer.set("k2", "w")
         assert await r.get("k2") == b"w"  # CLIENT CACHING YES refused: read through the pool
         await until(lambda: cache.machine.serving and cache.connection is not conn)
@@ -309,3 +309,27 @@ async def test_cancelled_reads_leave_the_cache_usable(
             assert await r.get(f"c{i}") == b"%d" % i
         assert cache.machine.serving and cache.connection is not None
         assert cache.machine.store.reads_in_flight() == 0
+
+
+async def test_a_stalled_tracking_connection_times_out(server: RedisServer) -> None:
+    """Replies that stop coming on the tracking connection: the oldest owed reply's
+    deadline (``socket_timeout``) fails it; the read goes through the pool (which the
+    stall holds too, so it times out there), and tracking is set up again afterwards."""
+    async with MaintenanceSimulator(backend=server) as sim:
+        async with trio_maint.open_redis(
+            sim.url, maintenance=OFF, cache=CacheConfig(), socket_timeout=0.5
+        ) as r:
+            cache = await ready(r)
+            await r.set("stalled", "v")
+            first = cache.connection
+            sim.stall()
+            started = trio.current_time()
+            with pytest.raises(trio_maint.TimeoutError):
+                await r.get("stalled")
+            assert trio.current_time() - started == pytest.approx(1.0, abs=0.3)
+            assert cache.stats().flushes.get("tracking_lost") == 1
+            sim.unstall()
+            await until(lambda: cache.machine.serving and cache.connection is not first)
+            assert await r.get("stalled") == b"v"
+            assert await r.get("stalled") == b"v"
+            assert cache.stats().hits == 1

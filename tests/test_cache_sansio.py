@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from trio_maint._sansio.cache import CacheStore, copy_reply, entry_size
+from trio_maint._sansio.cache import (
+    MALFORMED,
+    NOT_INVALIDATION,
+    CacheStore,
+    copy_reply,
+    entry_size,
+    parse_invalidation,
+)
 from trio_maint._sansio.cache_config import (
     CACHEABLE_COMMANDS,
     NOT_CACHED,
@@ -455,3 +462,23 @@ def test_a_new_tracking_connection_flushes_what_the_old_one_read() -> None:
     _fill(machine)
     assert machine.connected(1.0) == [Flushed("replaced", 1)]
     assert machine.serving and len(machine.store) == 0
+
+
+@pytest.mark.parametrize(
+    ("frame", "expected"),
+    [
+        ([b"invalidate", [b"a", b"b"]], [b"a", b"b"]),
+        (["invalidate", ["a", "\udcff"]], [b"a", b"\xff"]),  # decode_responses, undecodable
+        ([b"invalidate", None], None),
+        ([b"invalidate", []], []),
+        ([b"invalidate", 5], MALFORMED),
+        ([b"invalidate", [1]], MALFORMED),
+        ([b"invalidate"], MALFORMED),
+        ([b"invalidate", [b"a"], b"extra"], MALFORMED),
+        ([b"message", b"ch", b"x"], NOT_INVALIDATION),
+        ([b"MOVING", 1, 15, b"h:1"], NOT_INVALIDATION),
+        ([], NOT_INVALIDATION),
+    ],
+)
+def test_parse_invalidation(frame: list[Any], expected: Any) -> None:
+    assert parse_invalidation(frame) == expected or parse_invalidation(frame) is expected

@@ -18,7 +18,6 @@ notifications are handled as the pool's are, and a MOVING hands it off make-befo
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
 from typing import Any, Final, Literal
 
@@ -27,8 +26,15 @@ import trio
 from .._maint.handler import MaintenanceHandler
 from .._maint.link import PubSubLink
 from .._net.connection import Connection
-from .._net.tracking import next_frame, read_nowait, wait_readable, wait_writable, write_nowait
-from .._sansio.cache import CacheStats, ReadTicket, copy_reply
+from .._net.tracking import READ_SIZE, next_frame, read_nowait, wait_readable, write_nowait
+from .._sansio.cache import (
+    MALFORMED,
+    NOT_INVALIDATION,
+    CacheStats,
+    ReadTicket,
+    copy_reply,
+    parse_invalidation,
+)
 from .._sansio.cache_config import CacheConfig, cache_request
 from .._sansio.cache_machine import (
     CacheAction,
@@ -48,6 +54,18 @@ from .._sansio.options import ClientOptions
 from .._sansio.resp import NEED_DATA, CommandArg, PushNotification
 from .._sansio.slots import key_slot
 from .._sansio.unset import UNSET, Unset
+from .tracker import (
+    CACHING,
+    CACHING_YES,
+    LOST,
+    READ,
+    TRACKINGINFO,
+    VERIFY,
+    Slot,
+    Tracker,
+    deliver,
+    flags_tracked,
+)
 
 __all__ = ["BYPASS", "DRAIN_BUDGET", "MAX_PENDING", "ClientCache"]
 
@@ -61,52 +79,6 @@ MAX_PENDING: Final = 10_000
 #: Most bytes a synchronous check of the tracking socket reads before a value is served
 #: (``int``); when more are waiting the read bypasses the cache (the reader catches up).
 DRAIN_BUDGET: Final = 1 << 20
-
-_LOST: Final = object()
-_READ, _CACHING, _VERIFY = 0, 1, 2
-_CACHING_YES: Final = encode_command(("CLIENT", "CACHING", "YES"))
-_TRACKINGINFO: Final = encode_command(("CLIENT", "TRACKINGINFO"))
-_INVALIDATE: Final = (b"invalidate", "invalidate")
-
-
-class _Slot:
-    """One reply owed on a tracking connection, and who waits for it."""
-
-    __slots__ = ("done", "kind", "task", "ticket", "value")
-
-    def __init__(self, kind: int, ticket: ReadTicket | None = None) -> None:
-        self.kind = kind
-        self.ticket = ticket
-        self.task: trio.lowlevel.Task | None = None
-        self.value: Any = None
-        self.done = False
-
-
-class _Tracker:
-    """One tracking connection: the replies owed on it, the bytes not yet written, the
-    scope of its reader and writer tasks."""
-
-    __slots__ = ("conn", "dead", "out", "pending", "retired", "scope", "writer_wake")
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-        self.pending: deque[_Slot] = deque()
-        self.out = bytearray()
-        self.dead = False
-        self.retired = False
-        self.scope = trio.CancelScope()
-        self.writer_wake = trio.Event()
-
-
-def _flags_tracked(reply: Any) -> bool:
-    """Whether a ``CLIENT TRACKINGINFO`` reply says ``bcast`` tracking is on."""
-    if not isinstance(reply, dict):
-        return False
-    flags = reply.get(b"flags", reply.get("flags"))
-    if not isinstance(flags, list | set | tuple):
-        return False
-    names = {f.decode() if isinstance(f, bytes) else str(f) for f in flags}
-    return "on" in names and "bcast" in names
 
 
 class ClientCache:
@@ -137,7 +109,8 @@ class ClientCache:
         if handler.config.enabled:
             self._link = handler.pubsub_link()
             self._link.attach(self)
-        self._tracker: _Tracker | None = None
+        self._tracker: Tracker | None = None
+        self._live: set[Tracker] = set()  # the current one, and one being handed off
         self._nursery: trio.Nursery | None = None
         self._timer: trio.CancelScope | None = None
         self._connecting = False
@@ -181,7 +154,7 @@ class ClientCache:
         if slot is None:
             await trio.lowlevel.checkpoint()
             return False
-        await self._wait(tracker, slot, self._options.socket_timeout)
+        await self._wait(tracker, slot, UNSET)
         return self.machine.serving
 
     # -------------------------------------------------------------------- reads
@@ -202,18 +175,23 @@ class ClientCache:
         request = cache_request(args, self.config.allow_list)
         if request is None or (self._prefixes and not self.config.covers(request[1])):
             return BYPASS
-        await trio.lowlevel.checkpoint()
-        # From here on no schedule point until the answer: what the tracking socket holds
-        # is handled first, so a value the server invalidated before now is not served.
-        tracker = self._tracker
-        if tracker is not None and not self._drain(tracker):
-            self.machine.store.bypass()
-            return BYPASS
+        # The read starts here. A cancel point, and no schedule point until a hit is
+        # known: what the tracking socket holds is handled first, so a value whose
+        # invalidation the server delivered before now is not served. (A miss's schedule
+        # point is the wait for its reply; a bypass's, the pool's.)
+        await trio.lowlevel.checkpoint_if_cancelled()
         machine = self.machine
         cache_key, keys = request
+        tracker = self._tracker
+        # Reading the socket can only remove entries: for a key without one, skip it.
+        if tracker is not None and cache_key in machine.store and not self._drain(tracker):
+            machine.store.bypass()
+            return BYPASS
         hit, value = machine.lookup(cache_key, trio.current_time())
         if hit:
-            return copy_reply(value)
+            value = copy_reply(value)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return value
         tracker = self._tracker
         if tracker is None or tracker.dead or len(tracker.pending) >= MAX_PENDING:
             machine.store.bypass()
@@ -223,47 +201,69 @@ class ClientCache:
         ticket = machine.begin(cache_key, keys, slot)
         if ticket is None:
             return BYPASS
-        pending = self._submit_read(tracker, args, ticket)
+        pending = self._submit_read(tracker, args, ticket, timeout)
         if pending is None:
             return BYPASS
-        configured = self._options.socket_timeout if timeout is UNSET else timeout
-        value = await self._wait(tracker, pending, configured)
-        if value is _LOST or isinstance(value, RedisError):
+        value = await self._wait(tracker, pending, timeout)
+        if value is LOST or isinstance(value, RedisError):
             return BYPASS
         return value
 
     def _submit_read(
-        self, tracker: _Tracker, args: tuple[CommandArg, ...], ticket: ReadTicket
-    ) -> _Slot | None:
+        self,
+        tracker: Tracker,
+        args: tuple[CommandArg, ...],
+        ticket: ReadTicket,
+        timeout: float | Literal[Unset.UNSET] | None,
+    ) -> Slot | None:
         try:
             data = encode_command(args)
         except DataError:
             self.machine.abandon(ticket)
             return None
-        slot = _Slot(_READ, ticket)
+        slot = Slot(READ, ticket)
         if self.config.bcast:
             slots = [slot]
         else:
-            data = _CACHING_YES + data
-            slots = [_Slot(_CACHING), slot]
-        if not self._send(tracker, data, slots):
+            data = CACHING_YES + data
+            slots = [Slot(CACHING), slot]
+        if not self._send(tracker, data, slots, timeout):
             return None
         return slot
 
-    def _submit_verify(self, tracker: _Tracker) -> _Slot | None:
-        slot = _Slot(_VERIFY)
-        data = _TRACKINGINFO if self.config.bcast else _CACHING_YES
-        return slot if self._send(tracker, data, [slot]) else None
+    def _submit_verify(self, tracker: Tracker) -> Slot | None:
+        slot = Slot(VERIFY)
+        data = TRACKINGINFO if self.config.bcast else CACHING_YES
+        return slot if self._send(tracker, data, [slot], UNSET) else None
 
-    def _send(self, tracker: _Tracker, data: bytes, slots: list[_Slot]) -> bool:
+    def _send(
+        self,
+        tracker: Tracker,
+        data: bytes,
+        slots: list[Slot],
+        timeout: float | Literal[Unset.UNSET] | None,
+    ) -> bool:
         """Queue ``slots`` and write ``data`` (synchronously as far as the socket takes
-        it; the writer task writes the rest, in order). ``False``: the tracking
-        connection failed (the slots were released)."""
+        it; the writer task writes the rest, in order). Each slot is due within
+        ``timeout`` seconds (default ``socket_timeout``, relaxed during maintenance).
+        ``False``: the tracking connection failed (the slots were released)."""
         if tracker.dead or tracker.retired:
             for slot in slots:
                 if slot.ticket is not None:
                     self.machine.abandon(slot.ticket)
             return False
+        seconds = self._options.socket_timeout if timeout is UNSET else timeout
+        now = trio.current_time()
+        policy = tracker.conn.timeouts
+        if policy is not None:
+            seconds = policy.effective(seconds, now)
+        if seconds is not None:
+            deadline = now + seconds
+            for slot in slots:
+                slot.deadline = deadline
+            if not tracker.pending and self._timer is not None:
+                # The new head of the queue: the timer checks it (see _run_timer).
+                self._timer.deadline = min(self._timer.deadline, deadline)
         tracker.pending.extend(slots)
         if tracker.out:
             tracker.out += data
@@ -278,33 +278,35 @@ class ClientCache:
             tracker.writer_wake.set()
         return True
 
-    async def _wait(self, tracker: _Tracker, slot: _Slot, timeout: float | None) -> Any:
-        """Wait for ``slot``'s reply: its value, or :data:`_LOST`. A reply that does not
-        come within ``timeout`` seconds (relaxed during maintenance) fails the tracking
-        connection. Cancellation leaves the slot in place; its reply is dropped."""
-        if not slot.done:
-            policy = tracker.conn.timeouts
-            now = trio.current_time()
-            if policy is not None:
-                timeout = policy.effective(timeout, now)
-            deadline = math.inf if timeout is None else now + timeout
-            slot.task = trio.lowlevel.current_task()
+    async def _wait(
+        self, tracker: Tracker, slot: Slot, timeout: float | Literal[Unset.UNSET] | None
+    ) -> Any:
+        """Wait for ``slot``'s reply: its value, or :data:`LOST`. A reply that does not
+        come by its deadline fails the tracking connection: the timer task checks the
+        head of the queue (replies come in order), a wait with a ``timeout`` of its own
+        has its own cancel scope. Cancellation leaves the slot in place; its reply is
+        dropped."""
+        if slot.done:
+            await trio.lowlevel.checkpoint()
+            return slot.value
+        slot.task = trio.lowlevel.current_task()
 
-            def abort(_: Any) -> trio.lowlevel.Abort:
-                slot.task = None
-                return trio.lowlevel.Abort.SUCCEEDED
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            slot.task = None
+            return trio.lowlevel.Abort.SUCCEEDED
 
-            with trio.move_on_at(deadline) as scope:
+        if timeout is UNSET:
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        else:
+            with trio.move_on_at(slot.deadline) as scope:
                 await trio.lowlevel.wait_task_rescheduled(abort)
             if scope.cancelled_caught and not slot.done:
                 self._failed(tracker, TimeoutError("no reply on the tracking connection in time"))
-        else:
-            await trio.lowlevel.checkpoint()
-        return slot.value if slot.done else _LOST
+        return slot.value if slot.done else LOST
 
     # ------------------------------------------------------------ the reading side
 
-    def _drain(self, tracker: _Tracker) -> bool:
+    def _drain(self, tracker: Tracker) -> bool:
         """Read and handle, synchronously, what the tracking socket holds. ``False``: more
         than :data:`DRAIN_BUDGET` bytes were waiting (handled up to there)."""
         budget = DRAIN_BUDGET
@@ -312,9 +314,10 @@ class ClientCache:
         try:
             while not tracker.dead:
                 count = read_nowait(conn)
-                self._frames(tracker)
-                if count == 0:
-                    return True
+                if count:
+                    self._frames(tracker)
+                if count < READ_SIZE:
+                    return True  # the socket held less than asked: all of it was read
                 budget -= count
                 if budget <= 0:
                     return False
@@ -322,7 +325,7 @@ class ClientCache:
             self._failed(tracker, exc)
         return True
 
-    def _frames(self, tracker: _Tracker) -> None:
+    def _frames(self, tracker: Tracker) -> None:
         conn = tracker.conn
         while not tracker.dead:
             frame = next_frame(conn)
@@ -333,7 +336,7 @@ class ClientCache:
             else:
                 self._reply(tracker, frame)
 
-    def _reply(self, tracker: _Tracker, value: Any) -> None:
+    def _reply(self, tracker: Tracker, value: Any) -> None:
         if not tracker.pending:
             self._failed(
                 tracker, RedisError(f"unexpected reply on the tracking connection: {value!r:.100}")
@@ -341,16 +344,16 @@ class ClientCache:
             return
         slot = tracker.pending.popleft()
         now = trio.current_time()
-        if slot.kind == _CACHING:
+        if slot.kind == CACHING:
             if isinstance(value, RedisError):
                 # No longer tracked here (a proxy re-pointed it to another server).
                 self._carry_out(self.machine.caching_refused(now), tracker)
             return
-        if slot.kind == _VERIFY:
-            ok = _flags_tracked(value) if self.config.bcast else not isinstance(value, RedisError)
+        if slot.kind == VERIFY:
+            ok = flags_tracked(value) if self.config.bcast else not isinstance(value, RedisError)
             if tracker is self._tracker:
                 self._carry_out(self.machine.verified(ok, now))
-            self._deliver(slot, ok)
+            deliver(slot, ok)
         else:
             ticket = slot.ticket
             if ticket is not None:
@@ -358,35 +361,15 @@ class ClientCache:
                     self.machine.abandon(ticket)
                 elif self.machine.finish(ticket, value, now):
                     value = copy_reply(value)  # the stored object stays the cache's own
-            self._deliver(slot, value)
+            deliver(slot, value)
         if tracker.retired and not tracker.pending:
             self._drop(tracker, "handed off")
 
-    @staticmethod
-    def _deliver(slot: _Slot, value: Any) -> None:
-        slot.value = value
-        slot.done = True
-        task = slot.task
-        if task is not None:
-            slot.task = None
-            trio.lowlevel.reschedule(task)
-
-    def _push(self, tracker: _Tracker, frame: list[Any]) -> None:
-        name = frame[0] if frame else None
-        if name in _INVALIDATE:
-            keys = frame[1] if len(frame) == 2 else 0
-            if keys is None:
-                self._carry_out(self.machine.invalidation(None))
-                return
-            if isinstance(keys, list) and all(isinstance(k, bytes | str) for k in keys):
-                self._carry_out(
-                    self.machine.invalidation(
-                        [
-                            k.encode("utf-8", "surrogateescape") if isinstance(k, str) else k
-                            for k in keys
-                        ]
-                    )
-                )
+    def _push(self, tracker: Tracker, frame: list[Any]) -> None:
+        keys = parse_invalidation(frame)
+        if keys is not NOT_INVALIDATION:
+            if keys is not MALFORMED:
+                self._carry_out(self.machine.invalidation(keys))
                 return
             log_limited(
                 logger,
@@ -407,7 +390,7 @@ class ClientCache:
         if notification is not None and not isinstance(notification, Malformed):
             self._carry_out(self.machine.notification(notification, trio.current_time()))
 
-    async def _read_loop(self, tracker: _Tracker) -> None:
+    async def _read_loop(self, tracker: Tracker) -> None:
         try:
             while not tracker.dead:
                 await wait_readable(tracker.conn)
@@ -416,21 +399,15 @@ class ClientCache:
         except RedisError as exc:
             self._failed(tracker, exc)
 
-    async def _write_loop(self, tracker: _Tracker) -> None:
+    async def _write_loop(self, tracker: Tracker) -> None:
         try:
-            while not tracker.dead:
-                await tracker.writer_wake.wait()
-                tracker.writer_wake = trio.Event()
-                while tracker.out and not tracker.dead:
-                    await wait_writable(tracker.conn)
-                    written = write_nowait(tracker.conn, tracker.out)
-                    del tracker.out[:written]
+            await tracker.write_loop()
         except RedisError as exc:
             self._failed(tracker, exc)
 
     # --------------------------------------------------------- tracking connections
 
-    def _failed(self, tracker: _Tracker, exc: BaseException) -> None:
+    def _failed(self, tracker: Tracker, exc: BaseException) -> None:
         if tracker.dead:
             return
         if tracker is self._tracker and not self._closed:
@@ -448,12 +425,13 @@ class ClientCache:
         else:
             self._drop(tracker, repr(exc))
 
-    def _drop(self, tracker: _Tracker, reason: str) -> None:
-        """Close ``tracker``'s connection; its waiting reads get :data:`_LOST` (they go
+    def _drop(self, tracker: Tracker, reason: str) -> None:
+        """Close ``tracker``'s connection; its waiting reads get :data:`LOST` (they go
         through the pool)."""
         if tracker.dead:
             return
         tracker.dead = True
+        self._live.discard(tracker)
         if tracker is self._tracker:
             self._tracker = None
         tracker.scope.cancel()
@@ -462,7 +440,7 @@ class ClientCache:
         for slot in pending:
             if slot.ticket is not None:
                 self.machine.abandon(slot.ticket)
-            self._deliver(slot, _LOST)
+            deliver(slot, LOST)
         logger.debug("tracking connection %d closed: %s", tracker.conn.id, reason)
 
     async def _setup(self, conn: Connection) -> bool:
@@ -474,16 +452,17 @@ class ClientCache:
             return False
         return True
 
-    def _install(self, conn: Connection) -> _Tracker:
+    def _install(self, conn: Connection) -> Tracker:
         nursery = self._nursery
         if nursery is None or self._closed:
             raise ConnectionClosedError("the client is closed")
-        tracker = _Tracker(conn)
+        tracker = Tracker(conn)
         self._tracker = tracker
+        self._live.add(tracker)
         nursery.start_soon(self._run_tracker, tracker)
         return tracker
 
-    async def _run_tracker(self, tracker: _Tracker) -> None:
+    async def _run_tracker(self, tracker: Tracker) -> None:
         with tracker.scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_loop, tracker)
@@ -559,7 +538,7 @@ class ClientCache:
 
     # --------------------------------------------------------------------- actions
 
-    def _carry_out(self, actions: list[CacheAction], tracker: _Tracker | None = None) -> None:
+    def _carry_out(self, actions: list[CacheAction], tracker: Tracker | None = None) -> None:
         for action in actions:
             if isinstance(action, DropTracking):
                 target = tracker if tracker is not None else self._tracker
@@ -571,10 +550,8 @@ class ClientCache:
                     self._nursery.start_soon(self._connect, action.at)
             elif isinstance(action, Verify):
                 current = self._tracker
-                if current is not None and self._nursery is not None:
-                    slot = self._submit_verify(current)
-                    if slot is not None:
-                        self._nursery.start_soon(self._verify_deadline, current, slot)
+                if current is not None:
+                    self._submit_verify(current)
             elif isinstance(action, Flushed):
                 logger.debug("cache flushed (%s): %d entries", action.cause, action.entries)
             elif isinstance(action, Disable):
@@ -585,24 +562,26 @@ class ClientCache:
                 )
         timer = self._timer
         if timer is not None:
-            timer.deadline = self.machine.next_wake
+            timer.deadline = min(timer.deadline, self.machine.next_wake)
 
-    async def _verify_deadline(self, tracker: _Tracker, slot: _Slot) -> None:
-        timeout = self._options.socket_timeout
-        if timeout is None:
-            return
-        policy = tracker.conn.timeouts
-        if policy is not None:
-            timeout = policy.effective(timeout, trio.current_time())
-        if timeout is None:
-            return
-        await trio.sleep(timeout)
-        if not slot.done and not tracker.dead:
-            self._failed(tracker, TimeoutError("no answer to the tracking check in time"))
+    def _overdue(self, now: float) -> float:
+        """Fail a tracking connection whose oldest owed reply is overdue; the next
+        deadline to check (``float``)."""
+        wake = self.machine.next_wake
+        for tracker in list(self._live):
+            if tracker.pending:
+                head = tracker.pending[0]
+                if head.deadline <= now:
+                    self._failed(tracker, TimeoutError("no reply on the tracking connection"))
+                else:
+                    wake = min(wake, head.deadline)
+        return wake
 
     async def _run_timer(self) -> None:
+        """The cache's one timer: the machine's (checks, window backstops) and the
+        deadline of the oldest reply owed on each tracking connection."""
         while True:
-            with trio.CancelScope(deadline=self.machine.next_wake) as scope:
+            with trio.CancelScope(deadline=self._overdue(trio.current_time())) as scope:
                 self._timer = scope
                 await trio.sleep_forever()
             self._timer = None

@@ -28,11 +28,14 @@ from .cache_config import CacheConfig, CacheKey
 
 __all__ = [
     "ENTRY_OVERHEAD",
+    "MALFORMED",
+    "NOT_INVALIDATION",
     "CacheStats",
     "CacheStore",
     "ReadTicket",
     "copy_reply",
     "entry_size",
+    "parse_invalidation",
 ]
 
 #: Bytes counted for each entry on top of its key and reply (``int``): the entry object,
@@ -60,6 +63,38 @@ def entry_size(cache_key: CacheKey, value: Any) -> int:
         elif isinstance(item, list | tuple | set | frozenset):
             stack.extend(item)
     return size
+
+
+#: :func:`parse_invalidation`'s answer for a push frame of another kind.
+NOT_INVALIDATION: Final = object()
+#: :func:`parse_invalidation`'s answer for an ``invalidate`` frame of the wrong shape.
+MALFORMED: Final = object()
+_INVALIDATE: Final = (b"invalidate", "invalidate")
+
+
+def parse_invalidation(frame: list[Any]) -> Any:
+    """The keys (``list[bytes]``; ``str`` keys, decoded by ``decode_responses``, are
+    encoded back as UTF-8) of a RESP3 ``invalidate`` push frame, ``None`` for a null key
+    list (everything), :data:`MALFORMED` for an ``invalidate`` frame of another shape,
+    :data:`NOT_INVALIDATION` for any other frame. Never raises."""
+    if not frame or frame[0] not in _INVALIDATE:
+        return NOT_INVALIDATION
+    if len(frame) != 2:
+        return MALFORMED
+    keys = frame[1]
+    if keys is None:
+        return None
+    if not isinstance(keys, list):
+        return MALFORMED
+    out = []
+    for key in keys:
+        if isinstance(key, bytes):
+            out.append(key)
+        elif isinstance(key, str):
+            out.append(key.encode("utf-8", "surrogateescape"))
+        else:
+            return MALFORMED
+    return out
 
 
 def copy_reply(value: Any) -> Any:
