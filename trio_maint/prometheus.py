@@ -46,6 +46,9 @@ from ._telemetry.shell import Client, ClientTelemetry
 
 __all__ = ["Instrumentation", "instrument", "metric_names"]
 
+#: Most labelled children :meth:`_Metrics.child` keeps by attributes identity (``int``).
+_MAX_CHILDREN = 4096
+
 _OBSERVED = tuple(s for s in METRICS if s.kind in (Kind.OBSERVED_UPDOWN, Kind.OBSERVED_COUNTER))
 
 
@@ -76,7 +79,7 @@ class _Metrics(Collector):
     def __init__(self, registry: CollectorRegistry) -> None:
         self.shells: list[ClientTelemetry] = []  # once per open handle
         self.metrics: dict[MetricSpec, Any] = {}
-        self.children: dict[tuple[MetricSpec, tuple[str, ...]], Any] = {}
+        self.children: dict[tuple[MetricSpec, int], tuple[Attributes, Any]] = {}
         for spec in METRICS:
             name, text, labels = spec.prometheus_name, spec.description, spec.prometheus_labels
             if spec.kind is Kind.HISTOGRAM:
@@ -90,13 +93,19 @@ class _Metrics(Collector):
         registry.register(self)
 
     def child(self, spec: MetricSpec, attributes: Attributes) -> Any:
-        """The labelled child of ``spec`` for ``attributes`` (cached)."""
-        values = _values(spec, attributes)
-        key = (spec, values)
+        """The labelled child of ``spec`` for ``attributes``. The shell hands the same
+        (cached, never mutated) attributes object for the same labels, so children are
+        cached by its identity; the entry keeps the object alive, so that its id is not
+        reused. Bounded: past :data:`_MAX_CHILDREN` entries, prometheus_client's own
+        lookup by label values is used."""
+        key = (spec, id(attributes))
         found = self.children.get(key)
-        if found is None:
-            found = self.children[key] = self.metrics[spec].labels(*values)
-        return found
+        if found is not None and found[0] is attributes:
+            return found[1]
+        child = self.metrics[spec].labels(*_values(spec, attributes))
+        if len(self.children) < _MAX_CHILDREN:
+            self.children[key] = (attributes, child)
+        return child
 
     def describe(self) -> Iterable[Metric]:
         """The gauge families, without samples (for the registry's name check)."""

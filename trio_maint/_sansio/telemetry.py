@@ -343,7 +343,7 @@ def pool_name(host: str, port: int, unix_path: str | None, db: int) -> str:
     return f"{address}/{db}"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ServerKey:
     """Where measurements go to: ``server.address``, ``server.port`` (``None`` for a
     Unix socket) and ``db.namespace`` (the db index as text). Made by

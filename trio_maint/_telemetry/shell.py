@@ -143,6 +143,7 @@ class ClientTelemetry:
         self._spans = False
         self._members: dict[Redis, _Member] = {}
         self._pools: dict[ConnectionPool, _Member] = {}
+        self._pubsub_attrs: dict[tuple[ServerKey, bool], Attributes] = {}
         self._offset = trio.current_time() - time.perf_counter()
         self._wake = math.inf
         self._timer: trio.CancelScope | None = None
@@ -208,7 +209,8 @@ class ClientTelemetry:
             client._observer = None
         client.pool.observe(None)
         client.maintenance.remove_hook(member)
-        self._emit(member, member.tracker.close(trio.current_time()))
+        if trio.lowlevel.in_trio_run():  # else an exporter ends its open spans itself
+            self._emit(member, member.tracker.close(trio.current_time()))
 
     def add_sink(self, sink: Sink) -> None:
         """Send records to ``sink`` too."""
@@ -347,12 +349,13 @@ class ClientTelemetry:
         if kind == "pong" or not self._sinks:
             return
         try:
-            server = self.labels.server(self._options_base(options))
-            attributes = {
-                **server,
-                PUBSUB_DIRECTION: "received",
-                PUBSUB_SHARDED: kind == "smessage",
-            }
+            key = (self._options_base(options), kind == "smessage")
+            attributes = self._pubsub_attrs.get(key)
+            if attributes is None:
+                server = self.labels.server(key[0])
+                attributes = {**server, PUBSUB_DIRECTION: "received", PUBSUB_SHARDED: key[1]}
+                if len(self._pubsub_attrs) < 256:
+                    self._pubsub_attrs[key] = attributes
             for sink in self._sinks:
                 sink.add(PUBSUB_MESSAGES, 1, attributes)
         except Exception:
