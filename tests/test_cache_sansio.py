@@ -482,3 +482,13 @@ def test_a_new_tracking_connection_flushes_what_the_old_one_read() -> None:
 )
 def test_parse_invalidation(frame: list[Any], expected: Any) -> None:
     assert parse_invalidation(frame) == expected or parse_invalidation(frame) is expected
+
+
+def test_docs_list_the_cacheable_commands() -> None:
+    """docs/caching.md lists exactly CACHEABLE_COMMANDS (between its markers)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "caching.md").read_text()
+    listed = text.split("<!-- cacheable-commands -->")[1].split("<!-- /cacheable-commands -->")[0]
+    assert set(re.findall(r"`([A-Z_]+)`", listed)) == CACHEABLE_COMMANDS

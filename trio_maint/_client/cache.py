@@ -18,6 +18,7 @@ notifications are handled as the pool's are, and a MOVING hands it off make-befo
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from typing import Any, Final, Literal
 
@@ -114,6 +115,7 @@ class ClientCache:
         self._nursery: trio.Nursery | None = None
         self._timer: trio.CancelScope | None = None
         self._connecting = False
+        self._attempted = trio.Event()  # set when a connection attempt ends
         self._closed = False
         self._prefixes = config.bcast and bool(config.prefixes)
 
@@ -141,12 +143,20 @@ class ClientCache:
     async def sync(self) -> bool:
         """Wait until every invalidation the server sent this client before the call has
         been handled: one round trip on the tracking connection, which also proves it is
-        still tracked (else the cache is flushed and tracking set up again).
+        still tracked (else the cache is flushed and tracking set up again). While the
+        tracking connection is being set up (just after ``open_redis``, or after it was
+        lost), waits for that first, at most ``connect_timeout``.
 
         :returns: whether the cache serves now (``bool``; ``False`` when there is no
             tracking connection, caching is disabled, or the check failed).
         """
         tracker = self._tracker
+        starting = self._nursery is None and not self._closed  # run() not started yet
+        if tracker is None and (self._connecting or starting):
+            timeout = self._options.connect_timeout
+            with trio.move_on_after(math.inf if timeout is None else timeout):
+                await self._attempted.wait()
+            tracker = self._tracker
         if tracker is None or tracker.dead:
             await trio.lowlevel.checkpoint()
             return False
@@ -506,6 +516,8 @@ class ClientCache:
             actions = self.machine.connect_failed(trio.current_time())
         finally:
             self._connecting = False
+            attempted, self._attempted = self._attempted, trio.Event()
+            attempted.set()
         self._carry_out(actions)
 
     async def adopt_connection(self, conn: Connection) -> None:
