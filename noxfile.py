@@ -57,10 +57,13 @@ def typecheck(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks (benchmarks/README.md): trio_maint against redis-py asyncio (hiredis) and
     redis-benchmark, parser, maintenance overhead, handoff storm, memory, cluster, the
-    simulator's pass-through against direct redis-benchmark. Not a default
+    simulator's pass-through against direct redis-benchmark, telemetry. Not a default
     session; ``nox -s bench -- --smoke`` for a quick run. redis-py is installed here only."""
     _require_redis_server(session)
-    session.install("-e", ".", "redis[hiredis]>=5.0", "pyinstrument")
+    # opentelemetry-sdk and prometheus-client: the telemetry benchmark's exporters.
+    session.install(
+        "-e", ".[otel,prometheus]", "opentelemetry-sdk", "redis[hiredis]>=5.0", "pyinstrument"
+    )
     session.run("python", "-m", "benchmarks", *session.posargs)
 
 

@@ -25,6 +25,8 @@ BENCHMARKS = {
     "memory": "benchmarks.bench_memory",
     "cluster": "benchmarks.bench_cluster",
     "simulator": "benchmarks.bench_simulator",
+    "telemetry": "benchmarks.bench_telemetry",
+    "cache": "benchmarks.bench_cache",
 }
 
 

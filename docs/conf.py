@@ -44,6 +44,10 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(Scripting|PipelineScripting)"),
     # What StreamConsumer needs of a client (Redis or RedisCluster), and their mixin.
     (r"py:.*", r"(CommandRunner|StreamConsumers)"),
+    # The optional exporters' parameters (trio_maint.otel, trio_maint.prometheus).
+    (r"py:.*", r"(opentelemetry|prometheus_client)\..*"),
+    (r"py:.*", r"(MeterProvider|TracerProvider|CollectorRegistry|Client)"),
+    (r"py:.*", r"(ClientTelemetry|Sink|BreakerListener)"),
 ]
 
 html_theme = "alabaster"

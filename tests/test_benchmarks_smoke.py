@@ -30,6 +30,8 @@ BENCHMARKS = {
     "memory": "benchmarks.bench_memory",
     "cluster": "benchmarks.bench_cluster",
     "simulator": "benchmarks.bench_simulator",
+    "telemetry": "benchmarks.bench_telemetry",
+    "cache": "benchmarks.bench_cache",
 }
 HAVE_REDIS_PY = importlib.util.find_spec("redis") is not None
 
@@ -140,6 +142,23 @@ def check_document(name: str, doc: dict[str, Any]) -> None:
         for entry in results.values():
             for side in ("direct", "simulator", "ratio"):
                 check_summary(entry[side])
+    elif name == "telemetry":
+        assert set(doc["cases"]) == {"seq_get", "pool50_setget", "pipeline100"}
+        assert doc["modes"][0] == "none"
+        for entry in doc["cases"].values():
+            for mode in doc["modes"]:
+                check_summary(entry[mode]["ops_per_s"])
+                check_summary(entry[mode]["cpu_us_per_op"])
+        check_summary(doc["check_cpu_ns_per_command"])
+    elif name == "cache":
+        assert set(doc["cases"]) == {"hit", "miss", "hit_50tasks"}
+        for case, entry in doc["cases"].items():
+            for result in entry.values():
+                check_summary(result["ops_s"])
+                check_summary(result["cpu_us"])
+            assert ("redis-py cached" in entry) == (HAVE_REDIS_PY and case != "hit_50tasks")
+        assert doc["memory"]["trio_maint"]["bytes_per_entry"] > 0
+        assert ("redis-py" in doc["memory"]) == HAVE_REDIS_PY
     elif name == "memory":
         for variant in ("disabled", "enabled"):
             check_summary(doc["results"][variant]["per_1000_mib"])

@@ -89,7 +89,7 @@ class CircuitBreaker:
     :param max_requests: trial dials admitted per half-open episode, and successes needed
         to close (``int`` >= 1, default 3).
     :param on_change: ``on_change(breaker, old_state, now)``, called after each change
-        of state (not on :meth:`reset`), or ``None``.
+        of state (not on ``reset()``), or ``None``.
     :raises ValueError: a parameter is out of range.
     """
 

@@ -145,8 +145,9 @@ class MaintenanceDisabled:
 class CircuitBreakerChanged:
     """The circuit breaker of a handoff target changed state (docs/maintenance.md).
 
-    :ivar endpoint: the endpoint it guards, ``host:port`` text;
-    :ivar old / new: the states, ``"closed"``, ``"open"`` or ``"half-open"`` (``str``);
+    :ivar endpoint: the endpoint it guards, ``host:port`` text.
+    :ivar old: the state it left: ``"closed"``, ``"open"`` or ``"half-open"`` (``str``).
+    :ivar new: the state it is in now (``str``, as ``old``).
     :ivar time: when it changed (``float``, Trio's clock).
     """
 
