@@ -178,7 +178,8 @@ class ClientCache:
         """Serve a cacheable read from the cache, or read it through the tracking
         connection and store the reply; :data:`BYPASS` for anything else (not cacheable,
         caching suspended, an error reply, the tracking connection lost meanwhile): the
-        caller then sends it through the pool. A schedule point.
+        caller then sends it through the pool. A cancel point; a schedule point too,
+        unless it returns :data:`BYPASS` (the pool's path then has one).
 
         :param slot: the keys' slot (cluster), for slot flushes.
         """
