@@ -364,3 +364,8 @@ async def test_instrument_refuses_what_it_cannot_observe(r: trio_maint.Redis) ->
     with pytest.raises(RuntimeError, match="closed"):
         trio_maint.otel.instrument(other)
     assert other._observer is None
+    provider = MeterProvider()
+    with trio_maint.otel.instrument(r, meter_provider=provider):
+        with pytest.raises(RuntimeError, match="already instrumented"):
+            trio_maint.otel.instrument(r, meter_provider=provider)
+    provider.shutdown()

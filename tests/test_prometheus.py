@@ -197,3 +197,9 @@ async def test_a_registry_whose_names_are_taken_is_refused(r: trio_maint.Redis) 
     assert r._observer is None
     with pytest.raises(TypeError):
         trio_maint.prometheus.instrument("redis://localhost", registry=registry)  # type: ignore[arg-type]
+    mine = prometheus_client.CollectorRegistry()
+    with trio_maint.prometheus.instrument(r, registry=mine):
+        with pytest.raises(RuntimeError, match="already instrumented"):
+            trio_maint.prometheus.instrument(r, registry=mine)
+    with trio_maint.prometheus.instrument(r, registry=mine):  # again, once closed
+        await r.ping()

@@ -178,8 +178,8 @@ def instrument(
     Call it inside the Trio run, on an open client: a :class:`~trio_maint.Redis` (its
     pool, maintenance handler and pub/sub) or a :class:`~trio_maint.RedisCluster` (its
     routed commands and pipelines, and every node's pool and handler, nodes started later
-    included). Several clients may share a provider; one client may be instrumented
-    several times (each handle records on its own provider).
+    included). Several clients may share a provider, and a client may be instrumented
+    with several providers (or through Prometheus too) at once.
 
     :param meter_provider: where metrics go (default: the global one,
         ``opentelemetry.metrics.get_meter_provider()``); the meter is named
@@ -194,7 +194,8 @@ def instrument(
         events.
     :returns: an :class:`Instrumentation` (``close()``, context manager).
     :raises TypeError: ``client`` is not a trio_maint client.
-    :raises RuntimeError: the client is closed, or this is not inside a Trio run.
+    :raises RuntimeError: the client is closed, or this is not inside a Trio run, or it is
+        already instrumented with this meter provider (its handle is still open).
     """
     provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
     tracers = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
@@ -202,6 +203,8 @@ def instrument(
     instruments = _instruments(provider)
     tracer = tracers.get_tracer(INSTRUMENTATION_NAME, __version__)
     shell = ClientTelemetry.of(client)
+    if any(isinstance(s, _Sink) and s.instruments is instruments for s in shell.sinks):
+        raise RuntimeError(f"{client!r} is already instrumented with this meter provider")
     sink = _Sink(instruments, tracer, spans, window_spans)
     shell.add_sink(sink)
     instruments.shells.append(shell)  # once per handle

@@ -178,7 +178,8 @@ def instrument(client: Client, *, registry: CollectorRegistry | None = None) -> 
     :returns: an :class:`~trio_maint.otel.Instrumentation` (``close()``, context
         manager); closing stops this client's gauges, counters keep their values.
     :raises TypeError: ``client`` is not a trio_maint client.
-    :raises RuntimeError: the client is closed, or this is not inside a Trio run.
+    :raises RuntimeError: the client is closed, or this is not inside a Trio run, or it is
+        already instrumented on this registry (its handle is still open).
     :raises ValueError: another collector of ``registry`` already uses one of
         :func:`metric_names` (prometheus_client's duplicate check).
     """
@@ -188,6 +189,8 @@ def instrument(client: Client, *, registry: CollectorRegistry | None = None) -> 
     if metrics is None:
         metrics = _by_registry[reg] = _Metrics(reg)
     shell = ClientTelemetry.of(client)
+    if any(isinstance(s, _Sink) and s.metrics is metrics for s in shell.sinks):
+        raise RuntimeError(f"{client!r} is already instrumented on this registry")
     sink = _Sink(metrics)
     shell.add_sink(sink)
     metrics.shells.append(shell)

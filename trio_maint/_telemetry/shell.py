@@ -212,6 +212,11 @@ class ClientTelemetry:
         if trio.lowlevel.in_trio_run():  # else an exporter ends its open spans itself
             self._emit(member, member.tracker.close(trio.current_time()))
 
+    @property
+    def sinks(self) -> tuple[Sink, ...]:
+        """The sinks attached (a ``tuple``)."""
+        return self._sinks
+
     def add_sink(self, sink: Sink) -> None:
         """Send records to ``sink`` too."""
         self._sinks = (*self._sinks, sink)
