@@ -51,6 +51,7 @@ from trio_maint._sansio.telemetry_window import (
     WindowEvent,
     WindowOpened,
 )
+from trio_maint._sansio.timeouts import RelaxedTimeouts
 
 SERVER: Attributes = {"db.system.name": "redis", "server.address": "127.0.0.1", "server.port": 6379}
 POOL: Attributes = {"db.system.name": "redis", "db.client.connection.pool.name": "127.0.0.1:6379/0"}
@@ -260,6 +261,19 @@ def test_detach_ends_the_window_and_other_events() -> None:
     closed = [o for o in tel.close(4.0) if isinstance(o, WindowClosed)]
     assert closed[0].reason == "detached" and closed[0].time == 4.0
     assert tel.close(5.0) == []
+
+
+def test_relaxed_at_reads_what_is_relaxed_answers() -> None:
+    timeouts = RelaxedTimeouts(10.0, backstop=5.0)
+    timeouts.open_window(0.0)
+    timeouts.relax_after_handoff(1.0, 2.0)
+    for now in (0.5, 2.9, 3.0, 4.9, 5.0, 7.0):
+        expected = timeouts.relaxed_at(now)
+        copy = RelaxedTimeouts(10.0, backstop=5.0)
+        copy.open_window(0.0)
+        copy.relax_after_handoff(1.0, 2.0)
+        assert copy.is_relaxed(now) == expected, now
+    assert timeouts.relaxed_at(7.0) is False and timeouts._windows == 1  # nothing dropped
 
 
 def test_breaker_listener_sees_every_change() -> None:

@@ -185,6 +185,18 @@ class MaintenanceMachine(HandoffDecisions):
             breakers=len(self.breakers),
         )
 
+    def gauges(self, now: float) -> tuple[int, int]:
+        """``(relaxed_connections, pending_handoffs)`` at ``now``, counted as
+        :meth:`state` counts them but changing nothing: a read for the exporters, which
+        may call it from another thread (it walks a copy of the records)."""
+        relaxed = pending = 0
+        for rec in list(self._conns.values()):
+            t = rec.timeouts
+            if t is not None:
+                relaxed += t.relaxed_at(now)
+            pending += rec.phase in _HANDED or rec.mark is not None
+        return relaxed, pending
+
     # ---------------------------------------------------------------- connections
 
     def register(

@@ -160,6 +160,16 @@ class RelaxedTimeouts:
         self.expire(now)
         return self._windows > 0 or self._post_handoff_until is not None
 
+    def relaxed_at(self, now: float) -> bool:
+        """What :meth:`is_relaxed` answers at ``now``, changing nothing (``bool``): a read
+        for observers, which may run on another thread; only :meth:`is_relaxed` and
+        :meth:`expire` drop what expired."""
+        post = self._post_handoff_until
+        if post is not None and now < post:
+            return True
+        deadline = self._window_deadline
+        return self._windows > 0 and (deadline is None or now < deadline)
+
     def effective(self, configured: float | None, now: float) -> float | None:
         """The timeout (``float`` seconds or ``None``) to arm for an operation at ``now``.
 

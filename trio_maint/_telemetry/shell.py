@@ -387,22 +387,16 @@ class ClientTelemetry:
             self._failed()
 
     def snapshots(self) -> list[PoolSnapshot]:
-        """The pool gauges of every observed client (any thread: nothing here touches
-        Trio; a snapshot taken while the Trio thread changes the maintenance state is
-        taken again, at most three times)."""
+        """The pool gauges of every observed client. Any thread: nothing here touches
+        Trio or changes anything (the maintenance counts are
+        :meth:`MaintenanceMachine.gauges <trio_maint.lowlevel.MaintenanceMachine.gauges>`,
+        a read), and ``now`` is Trio's clock reconstructed from ``time.perf_counter``."""
         found = []
         now = time.perf_counter() + self._offset
         for member in list(self._members.values()):
             pool = member.client.pool
             stats = pool.stats()
-            relaxed = handoffs = 0
-            for _attempt in range(3):
-                try:
-                    state = member.client.maintenance.machine.state(now)
-                except RuntimeError:  # the connections changed meanwhile
-                    continue
-                relaxed, handoffs = state.relaxed_connections, state.pending_handoffs
-                break
+            relaxed, handoffs = member.client.maintenance.machine.gauges(now)
             found.append(
                 PoolSnapshot(
                     name=member.pool_name,
