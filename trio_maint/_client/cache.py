@@ -176,10 +176,10 @@ class ClientCache:
         slot: int | None = None,
     ) -> Any:
         """Serve a cacheable read from the cache, or read it through the tracking
-        connection and store the reply; :data:`BYPASS` for anything else (not cacheable,
+        connection and store the reply; ``BYPASS`` for anything else (not cacheable,
         caching suspended, an error reply, the tracking connection lost meanwhile): the
         caller then sends it through the pool. A cancel point; a schedule point too,
-        unless it returns :data:`BYPASS` (the pool's path then has one).
+        unless it returns ``BYPASS`` (the pool's path then has one).
 
         :param slot: the keys' slot (cluster), for slot flushes.
         """

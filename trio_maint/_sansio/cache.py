@@ -130,7 +130,8 @@ class CacheStats:
       docs/caching.md: ``tracking_lost``, ``moving``, ``migrating``, ``migrated``,
       ``failing_over``, ``failed_over``, ``slot_moved``, ``server_changed``,
       ``server_flush``, ``clear``, ...); ``flushed``: entries removed by them.
-    * ``entries``: entries held now; ``bytes``: their size (:func:`entry_size`).
+    * ``entries``: entries held now; ``bytes``: their size (``entry_size``: the key's
+      and the reply's bytes plus a fixed overhead).
     """
 
     hits: int
