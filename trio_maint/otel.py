@@ -13,9 +13,11 @@ any other implementation, yourself).
 
 :func:`instrument` records, following OpenTelemetry's semantic conventions for database
 clients, ``db.client.operation.duration`` per command and pipeline, the pool metrics
-(``db.client.connection.*``) and the maintenance metrics whose names go-redis and redis-py
-use (``redis.client.maintenance.notifications``, ``redis.client.connection.handoff``, ...);
-each maintenance window becomes a span whose events are its notifications and handoffs.
+(``db.client.connection.*``), the maintenance metrics whose names go-redis and redis-py
+use (``redis.client.maintenance.notifications``, ``redis.client.connection.handoff``, ...)
+and, for a client with caching on, the client-side cache's (``redis.client.csc.*``, read
+from ``r.cache.stats()`` at collection); each maintenance window becomes a span whose
+events are its notifications and handoffs.
 docs/observability.md lists every name, unit and attribute, and the mapping to go-redis and
 redis-py. Nothing is recorded for a client that is not instrumented: the command path then
 pays one ``is None`` check (docs/performance.md).
@@ -35,6 +37,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, Trac
 
 from . import __version__
 from ._sansio.telemetry import (
+    CACHE_METRICS,
     METRICS,
     Attributes,
     Kind,
@@ -42,6 +45,7 @@ from ._sansio.telemetry import (
     error_type,
     pool_observations,
 )
+from ._sansio.telemetry_cache import cache_observations
 from ._sansio.telemetry_window import WindowClosed, WindowEvent, WindowOpened
 from ._telemetry.handle import Instrumentation
 from ._telemetry.shell import Client, ClientTelemetry
@@ -54,7 +58,8 @@ INSTRUMENTATION_NAME = "trio_maint"
 
 class _Instruments:
     """The instruments of one meter provider, shared by every client instrumented with
-    it; the observable ones read the pools of :attr:`shells` when the reader collects."""
+    it; the observable ones read the pools and caches of :attr:`shells` when the reader
+    collects."""
 
     def __init__(self, meter: Meter) -> None:
         self.shells: list[ClientTelemetry] = []  # once per open handle
@@ -72,19 +77,23 @@ class _Instruments:
                 callback = functools.partial(self._observe, spec)
                 if spec.kind is Kind.OBSERVED_UPDOWN:
                     meter.create_observable_up_down_counter(name, [callback], unit, text)
+                elif spec.kind is Kind.OBSERVED_GAUGE:
+                    meter.create_observable_gauge(name, [callback], unit, text)
                 else:
                     meter.create_observable_counter(name, [callback], unit, text)
 
     def _observe(self, spec: MetricSpec, options: CallbackOptions) -> Iterable[Observation]:
-        found = []
-        for shell in dict.fromkeys(self.shells):  # once each, in order
-            if shell.client.closed:
-                continue
-            for snapshot in shell.snapshots():
-                for metric, value, attributes in pool_observations(snapshot):
-                    if metric is spec:
-                        found.append(Observation(value, attributes))
-        return found
+        shells = [s for s in dict.fromkeys(self.shells) if not s.client.closed]  # once each
+        if spec in CACHE_METRICS:
+            caches = [c for shell in shells for c in shell.cache_snapshots()]
+            points = cache_observations(caches)
+        else:
+            points = [
+                p for shell in shells for s in shell.snapshots() for p in pool_observations(s)
+            ]
+        return [
+            Observation(value, attributes) for metric, value, attributes in points if metric is spec
+        ]
 
 
 _by_provider: weakref.WeakKeyDictionary[MeterProvider, _Instruments] = weakref.WeakKeyDictionary()

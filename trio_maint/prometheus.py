@@ -17,7 +17,8 @@ as OpenTelemetry's Prometheus exporter would name them (dots become underscores,
 for durations, ``_total`` for counters: ``db_client_operation_duration_seconds``,
 ``redis_client_connection_handoff_total``, ...; docs/observability.md lists them). The
 gauges (``db_client_connection_count``, ``redis_client_connection_relaxed_timeout``, ...)
-are read from the clients at each scrape; the rest is recorded as it happens. There are no
+and the client-side cache's counters (``redis_client_csc_requests_total``, ...) are read
+from the clients at each scrape; the rest is recorded as it happens. There are no
 spans: maintenance windows are the ``redis_client_maintenance_window_duration_seconds``
 histogram.
 """
@@ -34,12 +35,14 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ._sansio.telemetry import (
     METRICS,
+    OBSERVED_KINDS,
     Attributes,
     AttrValue,
     Kind,
     MetricSpec,
     pool_observations,
 )
+from ._sansio.telemetry_cache import cache_observations
 from ._sansio.telemetry_window import WindowClosed, WindowEvent, WindowOpened
 from ._telemetry.handle import Instrumentation
 from ._telemetry.shell import Client, ClientTelemetry
@@ -49,7 +52,7 @@ __all__ = ["Instrumentation", "instrument", "metric_names"]
 #: Most labelled children :meth:`_Metrics.child` keeps by attributes identity (``int``).
 _MAX_CHILDREN = 4096
 
-_OBSERVED = tuple(s for s in METRICS if s.kind in (Kind.OBSERVED_UPDOWN, Kind.OBSERVED_COUNTER))
+_OBSERVED = tuple(s for s in METRICS if s.kind in OBSERVED_KINDS)
 
 
 def _text(value: AttrValue | None) -> str:
@@ -74,7 +77,7 @@ def _family(spec: MetricSpec) -> GaugeMetricFamily | CounterMetricFamily:
 
 class _Metrics(Collector):
     """The metrics of one registry, shared by every client instrumented on it; as a
-    collector it reports the gauges of :attr:`shells` at each scrape."""
+    collector it reports the gauges (pools, caches) of :attr:`shells` at each scrape."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.shells: list[ClientTelemetry] = []  # once per open handle
@@ -112,14 +115,19 @@ class _Metrics(Collector):
         return [_family(spec) for spec in _OBSERVED]
 
     def collect(self) -> Iterable[Metric]:
-        """The gauges of every instrumented client, read now (the scrape's thread)."""
+        """The gauges of every instrumented client, and its cache's counters, read now
+        (the scrape's thread)."""
         families = {spec: _family(spec) for spec in _OBSERVED}
+        caches = []
         for shell in dict.fromkeys(self.shells):
             if shell.client.closed:
                 continue
             for snapshot in shell.snapshots():
                 for spec, value, attributes in pool_observations(snapshot):
                     families[spec].add_metric(_values(spec, attributes), value)
+            caches.extend(shell.cache_snapshots())
+        for spec, value, attributes in cache_observations(caches):
+            families[spec].add_metric(_values(spec, attributes), value)
         return list(families.values())
 
 

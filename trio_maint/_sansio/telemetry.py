@@ -11,7 +11,9 @@ attribute and bound lives here once (docs/observability.md lists them).
 * :func:`operation_name`, :func:`error_type`: bounded attribute values for a command and
   an error.
 * :class:`OperationLabels`: the attributes of one client's commands, cached and bounded.
-* :func:`pool_observations`: the values of the pool gauges at collection time.
+* :func:`pool_observations`: the values of the pool gauges at collection time (the
+  client-side cache's, from its ``stats()``, are
+  :func:`~trio_maint._sansio.telemetry_cache.cache_observations`).
 
 Label values stay bounded: command names come from the command table (others are
 :data:`OTHER`), errors are exception class names, endpoints are at most
@@ -31,6 +33,10 @@ from .command_table import COMMANDS
 from .endpoint import format_host_port
 
 __all__ = [
+    "CACHE_METRICS",
+    "CSC_FLUSH_CAUSE",
+    "CSC_REASON",
+    "CSC_RESULT",
     "DB_NAMESPACE",
     "DB_OPERATION_BATCH_SIZE",
     "DB_OPERATION_NAME",
@@ -38,6 +44,7 @@ __all__ = [
     "ERROR_TYPE",
     "MAX_ENDPOINTS",
     "METRICS",
+    "OBSERVED_KINDS",
     "OTHER",
     "POOL_NAME",
     "SERVER_ADDRESS",
@@ -76,6 +83,9 @@ BREAKER_STATE: Final = "redis.client.circuit_breaker.state"
 WINDOW_KIND: Final = "redis.client.maintenance.window.kind"
 PUBSUB_DIRECTION: Final = "redis.client.pubsub.direction"
 PUBSUB_SHARDED: Final = "redis.client.pubsub.sharded"
+CSC_RESULT: Final = "redis.client.csc.result"
+CSC_REASON: Final = "redis.client.csc.reason"
+CSC_FLUSH_CAUSE: Final = "redis.client.csc.flush.cause"
 
 #: ``db.operation.name`` of a command not in the command table (``str``).
 OTHER: Final = "OTHER"
@@ -87,12 +97,19 @@ MAX_ENDPOINTS: Final = 64
 class Kind(enum.Enum):
     """How a metric is measured: recorded by the client as things happen (``HISTOGRAM``,
     ``COUNTER``), or read from the client's state when the exporter collects
-    (``OBSERVED_UPDOWN``: a level that goes up and down; ``OBSERVED_COUNTER``: a total)."""
+    (``OBSERVED_UPDOWN``: a level that goes up and down, an up-down counter in
+    OpenTelemetry; ``OBSERVED_GAUGE``: the same, an observable gauge in OpenTelemetry, as
+    redis-py reports its cache's items; ``OBSERVED_COUNTER``: a total)."""
 
     HISTOGRAM = "histogram"
     COUNTER = "counter"
     OBSERVED_UPDOWN = "observed_updown"
+    OBSERVED_GAUGE = "observed_gauge"
     OBSERVED_COUNTER = "observed_counter"
+
+
+#: The kinds read from the client's state when the exporter collects.
+OBSERVED_KINDS: Final = (Kind.OBSERVED_UPDOWN, Kind.OBSERVED_GAUGE, Kind.OBSERVED_COUNTER)
 
 
 #: Bucket bounds (seconds) of the duration histograms: 100 µs to 10 s.
@@ -124,7 +141,8 @@ class MetricSpec:
 
     :ivar name: the OpenTelemetry name (``str``), e.g. ``db.client.operation.duration``.
     :ivar kind: the :class:`Kind`.
-    :ivar unit: UCUM unit (``"s"`` for seconds, ``"{connection}"`` for a count).
+    :ivar unit: UCUM unit (``"s"`` for seconds, ``"By"`` for bytes, ``"{connection}"`` for
+        a count).
     :ivar description: one line (``str``).
     :ivar labels: every attribute key a measurement may carry, in a fixed order (the
         Prometheus label names, dots turned into underscores).
@@ -141,11 +159,13 @@ class MetricSpec:
     @property
     def prometheus_name(self) -> str:
         """The Prometheus name as exposed: dots become underscores, ``_seconds`` is added
-        for seconds and ``_total`` for counters (as OpenTelemetry's Prometheus exporter
-        does), e.g. ``db_client_operation_duration_seconds``."""
+        for seconds, ``_bytes`` for bytes and ``_total`` for counters (as OpenTelemetry's
+        Prometheus exporter does), e.g. ``db_client_operation_duration_seconds``."""
         name = self.name.replace(".", "_")
         if self.unit == "s":
             name += "_seconds"
+        elif self.unit == "By":
+            name += "_bytes"
         if self.kind in (Kind.COUNTER, Kind.OBSERVED_COUNTER):
             name += "_total"
         return name
@@ -158,6 +178,7 @@ class MetricSpec:
 
 _SERVER = (DB_SYSTEM_NAME, SERVER_ADDRESS, SERVER_PORT)
 _POOL = (DB_SYSTEM_NAME, POOL_NAME)
+_CACHE = (DB_SYSTEM_NAME, POOL_NAME, SERVER_ADDRESS, SERVER_PORT)
 
 OPERATION_DURATION: Final = MetricSpec(
     "db.client.operation.duration",
@@ -276,6 +297,62 @@ PUBSUB_MESSAGES: Final = MetricSpec(
     "Pub/sub messages received (message, pmessage, smessage).",
     (*_SERVER, PUBSUB_DIRECTION, PUBSUB_SHARDED),
 )
+CSC_REQUESTS: Final = MetricSpec(
+    "redis.client.csc.requests",
+    Kind.OBSERVED_COUNTER,
+    "{request}",
+    "Cacheable reads by result (hit: served by the client-side cache; miss: sent to the "
+    "server, the bypassed ones included).",
+    (*_CACHE, CSC_RESULT),
+)
+CSC_BYPASSED: Final = MetricSpec(
+    "redis.client.csc.bypassed",
+    Kind.OBSERVED_COUNTER,
+    "{request}",
+    "Cacheable reads sent to the server around the client-side cache, while it was "
+    "suspended (a maintenance window, tracking being set up); part of the misses.",
+    _CACHE,
+)
+CSC_ITEMS: Final = MetricSpec(
+    "redis.client.csc.items",
+    Kind.OBSERVED_GAUGE,
+    "{item}",
+    "Replies held in the client-side cache now.",
+    _CACHE,
+)
+CSC_MEMORY: Final = MetricSpec(
+    "redis.client.csc.memory.usage",
+    Kind.OBSERVED_GAUGE,
+    "By",
+    "Bytes the client-side cache's entries are counted for now (keys, replies and a fixed "
+    "overhead per entry; the measure max_bytes bounds).",
+    _CACHE,
+)
+CSC_EVICTIONS: Final = MetricSpec(
+    "redis.client.csc.evictions",
+    Kind.OBSERVED_COUNTER,
+    "{eviction}",
+    "Entries removed from the client-side cache, by reason (full: max_size or max_bytes; "
+    "ttl; invalidation; flush).",
+    (*_CACHE, CSC_REASON),
+)
+CSC_FLUSHES: Final = MetricSpec(
+    "redis.client.csc.flushes",
+    Kind.OBSERVED_COUNTER,
+    "{flush}",
+    "Flushes of the client-side cache, by cause (moving, tracking_lost, clear, ...).",
+    (*_CACHE, CSC_FLUSH_CAUSE),
+)
+
+#: The client-side cache's metrics (read from ``r.cache.stats()`` at collection).
+CACHE_METRICS: Final = (
+    CSC_REQUESTS,
+    CSC_BYPASSED,
+    CSC_ITEMS,
+    CSC_MEMORY,
+    CSC_EVICTIONS,
+    CSC_FLUSHES,
+)
 
 #: Every metric, in the order docs/observability.md lists them.
 METRICS: Final = (
@@ -295,6 +372,7 @@ METRICS: Final = (
     BREAKER_CHANGES,
     WINDOW_DURATION,
     PUBSUB_MESSAGES,
+    *CACHE_METRICS,
 )
 
 #: Upper-case names of the commands (containers of subcommands included) of the table.
@@ -438,7 +516,7 @@ class PoolSnapshot:
 
 def pool_observations(snapshot: PoolSnapshot) -> list[tuple[MetricSpec, int, Attributes]]:
     """The observed metrics of one pool: ``(metric, value, attributes)`` for every
-    :attr:`Kind.OBSERVED_UPDOWN` and :attr:`Kind.OBSERVED_COUNTER` metric."""
+    observed metric (:data:`OBSERVED_KINDS`) but the cache's (:data:`CACHE_METRICS`)."""
     pool: Attributes = {DB_SYSTEM_NAME: "redis", POOL_NAME: snapshot.name}
     return [
         (CONNECTION_COUNT, snapshot.idle, {**pool, CONNECTION_STATE: "idle"}),

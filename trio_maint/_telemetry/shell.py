@@ -7,7 +7,8 @@ system task, the timer that closes maintenance windows. What to record is decide
 :mod:`trio_maint._sansio.telemetry` and :mod:`~trio_maint._sansio.telemetry_window`; the
 records go to every :class:`Sink` attached (one per exporter: a client may be exported
 through OpenTelemetry and Prometheus at once). Gauges are read when an exporter collects,
-possibly from another thread (:meth:`ClientTelemetry.snapshots`).
+possibly from another thread (:meth:`ClientTelemetry.snapshots`, and
+:meth:`ClientTelemetry.cache_snapshots` for the client-side caches' counters).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from .._sansio.telemetry import (
     ServerKey,
     pool_name,
 )
+from .._sansio.telemetry_cache import CacheSnapshot, cache_attributes
 from .._sansio.telemetry_window import (
     Count,
     MaintenanceTelemetry,
@@ -112,6 +114,7 @@ class _Member:
         backstop = max(WINDOW_BACKSTOP_FACTOR * client.maintenance.config.relaxed_timeout, 1.0)
         self.tracker = MaintenanceTelemetry(shell.labels.server(self.base), pool_attrs, backstop)
         self.pool_attrs = pool_attrs
+        self.cache_attrs = cache_attributes(shell.labels.server(self.base), self.pool_name)
         self._shell = shell
 
     # NotificationHook: only the events matter.
@@ -410,6 +413,17 @@ class ClientTelemetry:
                     handoffs=handoffs,
                 )
             )
+        return found
+
+    def cache_snapshots(self) -> list[CacheSnapshot]:
+        """The client-side caches of every observed client (``r.cache``; a cluster's
+        nodes' caches), their ``stats()`` read now. Any thread: ``stats()`` only reads
+        (its mapping of flushes is copied in one step) and changes nothing."""
+        found = []
+        for member in list(self._members.values()):
+            cache = member.client.cache
+            if cache is not None:
+                found.append(CacheSnapshot(member.cache_attrs, cache.stats()))
         return found
 
     # ------------------------------------------------------------- maintenance
