@@ -226,6 +226,35 @@ async def test_tracking_connection_lost_flushes_and_recovers(
         assert cache.stats().hits == 1
 
 
+async def test_caching_refused_at_every_miss_does_not_redial_per_read(
+    server: RedisServer, writer: trio_maint.Redis
+) -> None:
+    # An ACL that allows CLIENT TRACKING but not CLIENT CACHING: every miss is refused
+    # (``server_changed``). The tracking connection used to be redialed at once each
+    # time (~800 connections a second); the backoff now grows.
+    await writer.execute_command(
+        "ACL", "SETUSER", "nocaching", "on", ">pw", "~*", "+@all", "-client|caching"
+    )
+
+    async def accepted() -> int:
+        info = await writer.execute_command("INFO", "stats")
+        return int(info.split(b"total_connections_received:")[1].split(b"\r\n")[0])
+
+    try:
+        url = server.url.replace("redis://", "redis://nocaching:pw@")
+        before = await accepted()
+        async with trio_maint.open_redis(url, maintenance=OFF, cache=CacheConfig()) as r:
+            await ready(r)
+            with trio.move_on_after(1.0):
+                while True:
+                    assert await r.get("k") is None
+            dialed = await accepted() - before
+        assert r.cache is not None and r.cache.stats().flushes["server_changed"] >= 2
+        assert dialed <= 12  # the pool's one, then 0, 0.1, 0.2, 0.4 s, ...
+    finally:
+        await writer.execute_command("ACL", "DELUSER", "nocaching")
+
+
 async def test_tracking_turned_off_is_found_by_the_check(
     server: RedisServer, writer: trio_maint.Redis
 ) -> None:

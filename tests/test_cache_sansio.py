@@ -26,6 +26,7 @@ from trio_maint._sansio.cache_config import (
     cache_request,
 )
 from trio_maint._sansio.cache_machine import (
+    STABLE_AFTER,
     WINDOW_BACKSTOP,
     CacheMachine,
     CachePhase,
@@ -370,6 +371,23 @@ def test_lost_flushes_and_reconnects_with_backoff() -> None:
     assert action == Connect(2.0 + 5.0)
     machine.connected(3.0)
     assert machine.lost(4.0)[-1] == Connect(4.0)  # the first retry after a loss: at once
+
+
+def test_a_connection_lost_at_once_keeps_backing_off() -> None:
+    # CLIENT CACHING refused at every miss (an ACL without client|caching): each new
+    # tracking connection is set up, then lost at its first read. The backoff must grow,
+    # not restart at 0 with every setup (a redial per read).
+    machine = _ready()
+    now, delays = 1.0, []
+    for _ in range(10):
+        (connect,) = [a for a in machine.caching_refused(now) if isinstance(a, Connect)]
+        delays.append(round(connect.at - now, 3))
+        now = connect.at
+        machine.connected(now)
+        now += 0.001
+    assert delays == [0.0, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
+    machine.connected(now)
+    assert machine.lost(now + STABLE_AFTER)[-1] == Connect(now + STABLE_AFTER)  # it had worked
 
 
 def test_caching_refused_counts_server_changed() -> None:

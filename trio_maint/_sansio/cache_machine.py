@@ -56,6 +56,7 @@ from .slots import parse_slot_specs
 
 __all__ = [
     "RECONNECT_BACKOFF_MAX",
+    "STABLE_AFTER",
     "WINDOW_BACKSTOP",
     "CacheAction",
     "CacheMachine",
@@ -74,6 +75,10 @@ WINDOW_BACKSTOP: Final = 60.0
 #: Longest wait (seconds, ``float``) between two attempts to (re)connect the tracking
 #: connection; the first retry after a loss is immediate, then 0.05 s doubling.
 RECONNECT_BACKOFF_MAX: Final = 5.0
+#: Seconds (``float``) a tracking connection must have been up for its loss to reset the
+#: backoff: one lost sooner (``CLIENT CACHING`` refused by an ACL at every miss, a server
+#: that drops it at once) keeps backing off instead of being redialed at every read.
+STABLE_AFTER: Final = 1.0
 _BACKOFF_BASE: Final = 0.05
 _INF: Final = float("inf")
 
@@ -166,6 +171,7 @@ class CacheMachine:
         self.disabled_reason: str | None = None
         self._window_until: float | None = None
         self._failures = 0
+        self._ready_at = -_INF  # when the tracking connection was last set up
         self._checking = False
         self._next_check = _INF
         self._started = False
@@ -243,7 +249,7 @@ class CacheMachine:
         actions: list[CacheAction] = []
         if len(self.store) or self.store.reads_in_flight():
             self._flush("replaced", actions)
-        self._failures = 0
+        self._ready_at = now  # the backoff is reset by a loss after STABLE_AFTER (lost())
         self.phase = CachePhase.READY
         self._checking = False
         self._next_check = now + self.config.health_check_interval
@@ -269,7 +275,8 @@ class CacheMachine:
     def lost(self, now: float, *, cause: str = "tracking_lost") -> list[CacheAction]:
         """The tracking connection failed (closed, reset, a protocol error, a reply that
         did not come in time): invalidations may have been lost. Flush everything, drop
-        it, reconnect (at once the first time, then with backoff)."""
+        it, reconnect: at once when it had been up :data:`STABLE_AFTER` seconds, else
+        with backoff (the failures count on from the attempts that came before)."""
         if self.phase is CachePhase.DISABLED:
             return []
         actions: list[CacheAction] = [DropTracking(cause)]
@@ -278,6 +285,8 @@ class CacheMachine:
         if self.phase is CachePhase.CONNECTING:
             return actions  # a Connect is already due
         self.phase = CachePhase.CONNECTING
+        if now - self._ready_at >= STABLE_AFTER:
+            self._failures = 0  # it had worked: retry at once
         delay = (
             0.0
             if self._failures == 0
