@@ -147,6 +147,6 @@ def test_every_demo_option_is_used_or_refused_by_cluster() -> None:
     """A new demo option must be wired into the cluster demo (and added here) or listed
     in CLUSTER_REFUSES with why; ``used`` is what the cluster demo takes."""
     used = {"tasks", "duration", "pool_size", "keys", "mix", "speed", "seed", "json", "plot"}
-    used |= {"plain", "cluster", "log_level", "help"}
+    used |= {"plain", "cluster", "log_level", "help", "cache", "metrics_port"}
     options = {a.dest for a in subparser("demo")._actions}
     assert options - used - set(CLUSTER_REFUSES) == set()

@@ -18,6 +18,8 @@ import attrs
 import trio
 
 from .. import (
+    CacheConfig,
+    ClientCache,
     Endpoint,
     MaintConfig,
     NotificationReceived,
@@ -26,8 +28,19 @@ from .. import (
     open_redis_cluster,
 )
 from ..testing import LocalCluster
+from .cache_watch import StaleReadCheck, cache_document, cache_rows
+from .metrics import instrumented
 from .observe import NotificationLog, Silent, recent_rate, relaxation
-from .report import DemoError, Observer, Snapshot, errors_text, latency_rows, phase_summary
+from .report import (
+    DemoError,
+    Observer,
+    Snapshot,
+    errors_text,
+    latency_rows,
+    phase_summary,
+    stale_reads,
+    verdict_note,
+)
 from .workload import WorkloadStats, run_task
 
 __all__ = ["ClusterDemoConfig", "ClusterDemoReport", "run_cluster_demo"]
@@ -48,6 +61,8 @@ class ClusterDemoConfig:
     :ivar duration: seconds of traffic in all (``float``), split in three equal phases
         instead of ``phase / speed`` (moving the keys adds its own time); ``None``: not set.
     :ivar seed: seed of the workload's random choices (``None`` = random).
+    :ivar cache: every node's client caches its reads (``--cache``) and the demo checks
+        that no read was stale (``bool``).
     """
 
     tasks: int = 100
@@ -59,6 +74,7 @@ class ClusterDemoConfig:
     speed: float = 1.0
     duration: float | None = None
     seed: int | None = None
+    cache: bool = False
 
     def __attrs_post_init__(self) -> None:
         for name in ("tasks", "pool_size", "slots"):
@@ -109,6 +125,9 @@ class ClusterDemoReport:
     timeline: list[tuple[float, str]] = attrs.field(factory=list)
     notifications: list[dict[str, Any]] = attrs.field(factory=list)
     series: list[dict[str, float]] = attrs.field(factory=list)
+    #: ``--cache``: the node caches' totals and the stale-read check (as the standalone
+    #: demo's ``DemoReport.cache``).
+    cache: dict[str, Any] | None = None
 
     #: The first words of the report's verdict line.
     heading: ClassVar[str] = "trio-maint demo --cluster"
@@ -125,8 +144,14 @@ class ClusterDemoReport:
 
     @property
     def ok(self) -> bool:
-        """No command failed and every acknowledged write was read back."""
-        return self.failed_commands == 0 and self.data_intact
+        """No command failed, every acknowledged write was read back, and (``--cache``)
+        no read was stale."""
+        return self.failed_commands == 0 and self.data_intact and stale_reads(self.cache) == 0
+
+    @property
+    def verdict_note(self) -> str:
+        """What follows ``PASS``/``FAIL``: the stale reads with ``--cache``, else ``""``."""
+        return verdict_note(self.cache)
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-compatible values (``nan`` becomes ``None``)."""
@@ -178,6 +203,8 @@ class ClusterDemoReport:
                 "series": self.series,
             }
         )
+        if self.cache is not None:
+            out["cache"] = clean(self.cache)
         return out
 
     def rows(self) -> list[tuple[str, str]]:
@@ -214,9 +241,16 @@ class ClusterDemoReport:
                 f"{self.counters_short:,} counters short)",
             ),
         ]
+        if self.cache is not None:
+            rows += cache_rows(self.cache)
         if self.errors:
             rows.append(("errors", errors_text(self.errors)))
         return rows
+
+
+def node_caches(rc: RedisCluster) -> list[ClientCache]:
+    """The caches of ``rc``'s node clients (``--cache``; none without it)."""
+    return [c.cache for c in list(rc.nodes.values()) if c.cache is not None]
 
 
 def redirections_text(counts: dict[str, int]) -> str:
@@ -236,6 +270,7 @@ class _ClusterDemo:
         self.report.notifications = self.notifications.entries
         self.phase = "starting"
         self.moving = ""
+        self.stale_check = StaleReadCheck() if cfg.cache else None
 
     def now(self) -> float:
         return trio.current_time() - self.stats.start
@@ -277,10 +312,17 @@ class _ClusterDemo:
                             f"{rc.refreshes:,} refreshes ({rc.smigrated_refreshes:,} after "
                             "SMIGRATED)",
                         ),
+                        *self.cache_extra(rc),
                     ),
                 )
             )
             await trio.sleep(0.25)
+
+    def cache_extra(self, rc: RedisCluster) -> list[tuple[str, str]]:
+        """The live view's cache rows (``--cache``), else none."""
+        if self.stale_check is None:
+            return []
+        return cache_rows(cache_document(node_caches(rc), self.stale_check))
 
     async def check(self, rc: RedisCluster) -> None:
         """Read every acknowledged write back (newer values are fine: a failed write may
@@ -309,10 +351,12 @@ class _ClusterDemo:
 
 
 async def run_cluster_demo(
-    cfg: ClusterDemoConfig | None = None, observer: Observer | None = None
+    cfg: ClusterDemoConfig | None = None, observer: Observer | None = None, registry: Any = None
 ) -> ClusterDemoReport:
     """Run the cluster demo and return its report; ``observer`` (default: none) receives
-    the events, the notifications and the live numbers.
+    the events, the notifications and the live numbers; the client's metrics are recorded
+    on ``registry`` (a ``prometheus_client.CollectorRegistry``, ``--metrics-port``) if
+    given.
 
     :raises RedisServerNotFoundError: no ``redis-server`` binary.
     :raises ClusterError: the cluster did not form or a migration step failed.
@@ -333,18 +377,29 @@ async def run_cluster_demo(
             [s.url for s in sims.values()],
             pool_size=cfg.pool_size,
             maintenance=MaintConfig(mode="enabled"),
+            cache=CacheConfig() if cfg.cache else None,
         ) as rc:
             keys = [f"demo:key:{i}" for i in range(cfg.keys)]
             stop = trio.Event()
-            async with trio.open_nursery() as nursery:
+            check = demo.stale_check
+            async with instrumented(rc, registry), trio.open_nursery() as nursery:
                 nursery.start_soon(demo.consume, rc, src_name)
                 await trio.lowlevel.checkpoint()
                 demo.stats.start = trio.current_time()
                 nursery.start_soon(demo.refresh, rc, stop)
                 async with trio.open_nursery() as workers:
+                    if check is not None:
+                        workers.start_soon(check.run_barriers, lambda: node_caches(rc), stop)
                     for task in range(cfg.tasks):
                         workers.start_soon(
-                            run_task, rc, demo.stats, task, cfg, stop, random.Random(rng.random())
+                            run_task,
+                            rc,
+                            demo.stats,
+                            task,
+                            cfg,
+                            stop,
+                            random.Random(rng.random()),
+                            check,
                         )
                     demo.phase = "before"
                     demo.step(
@@ -384,6 +439,8 @@ async def run_cluster_demo(
                 report.relaxed_at_end = relaxation(
                     [c.maintenance for c in rc.nodes.values()], trio.current_time()
                 ).relaxed
+                if check is not None:
+                    report.cache = cache_document(node_caches(rc), check)
                 nursery.cancel_scope.cancel()
             await demo.check(rc)
             report.redirections = dict(rc.redirections)

@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from .. import (
+    CacheConfig,
     Endpoint,
     EventsDropped,
     HandoffFailed,
@@ -38,6 +39,8 @@ from ..testing import (
     free_port,
     migrate,
 )
+from .cache_watch import StaleReadCheck, cache_document, cache_rows
+from .metrics import instrumented
 from .observe import NotificationLog, Silent, recent_rate, relaxation
 from .report import (
     FAILOVER_LATENCY,
@@ -92,6 +95,24 @@ async def _replicate(a: RawConnection, b: RawConnection, a_server: RedisServer) 
     await _caught_up(b, await _offset(a))
 
 
+def _conn_name(conn_id: int) -> str:
+    """``conn 3`` for a pooled connection; the demo's only negative id (a link of the
+    maintenance handler) is the cache's tracking connection (``--cache``)."""
+    return f"conn {conn_id}" if conn_id > 0 else "of the cache's tracking connection"
+
+
+async def _tracking_clients(conn: RawConnection) -> list[str]:
+    """The ids of the server's clients with tracking on (``CLIENT LIST``'s flag ``t``)."""
+    listing = await _command(conn, "CLIENT", "LIST")
+    text = listing.decode() if isinstance(listing, bytes) else str(listing)
+    found = []
+    for line in text.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "t" in fields.get("flags", ""):
+            found.append(fields["id"])
+    return found
+
+
 async def _promote(
     a: RawConnection, b: RawConnection, a_server: RedisServer, b_server: RedisServer
 ) -> float:
@@ -127,6 +148,14 @@ class _Demo:
         self.breaker_states: dict[str, str] = {}
         self.sims: tuple[MaintenanceSimulator, MaintenanceSimulator, tuple[str, int]] | None = None
         self.failure_line_at = -math.inf
+        self.stale_check = StaleReadCheck() if cfg.cache else None
+
+    def cache_extra(self) -> tuple[tuple[str, str], ...]:
+        """The live view's cache rows (``--cache``), else none."""
+        cache = None if self.client is None else self.client.cache
+        if cache is None or self.stale_check is None:
+            return ()
+        return tuple(cache_rows(cache_document([cache], self.stale_check)))
 
     def now(self) -> float:
         return trio.current_time() - self.stats.start
@@ -145,14 +174,16 @@ class _Demo:
         elif isinstance(event, HandoffSucceeded):
             label = self.names.get(event.endpoint, event.endpoint)
             self.observer.event(
-                t, f"handoff conn {event.conn_id} -> {label} done in {event.latency * 1e3:.1f} ms"
+                t,
+                f"handoff {_conn_name(event.conn_id)} -> {label} done in "
+                f"{event.latency * 1e3:.1f} ms",
             )
         elif isinstance(event, HandoffFailed):
             label = self.names.get(event.endpoint, event.endpoint)
             self.handoff_failures += 1
             if self.handoff_failures <= 4:
                 self.observer.event(
-                    t, f"handoff conn {event.conn_id} -> {label} FAILED: {event.error}"
+                    t, f"handoff {_conn_name(event.conn_id)} -> {label} FAILED: {event.error}"
                 )
             elif t - self.failure_line_at >= 1.0:
                 # a storm of failures gets one line a second, not one line each
@@ -215,6 +246,7 @@ class _Demo:
                     relaxed_after_handoff=relaxed.after_handoff,
                     relaxed_until=None if until is None else until - self.stats.start,
                     post_handoff=post_handoff,
+                    extra=self.cache_extra(),
                 )
             )
             await trio.sleep(0.25)
@@ -313,19 +345,34 @@ class _Demo:
         pool = self.client.pool
         manager = self.client.maintenance.manager if self.client.maintenance else None
 
-        def quiet() -> bool:
-            # Every stream still on A's server belongs to a connection the client is
-            # handing off (it sends no more commands there): A can be switched now.
+        def busy() -> int:
+            # Streams still on A's server, less those of connections the client is
+            # handing off (it sends no more commands there): at 0, A can be switched.
             on_a = sum(1 for c in sim_a.connections if c.backend == a_address)
             handing_off = sum(
                 1 for c in pool.connections if manager is not None and manager.is_pending(c.id)
             )
-            return on_a <= handing_off
+            return on_a - handing_off
 
         deadline = moving_at + cfg.close_after
+        tracking: list[str] = []
         with trio.move_on_at(deadline):
-            while not quiet():
+            while (left_on_a := busy()) > 0:
+                if self.client.cache is not None:
+                    # --cache: the tracking connection keeps reading A until its handoff,
+                    # held by B's endpoint, is done; A closes it before the switch.
+                    tracking = await _tracking_clients(admin_a)
+                    if 0 < left_on_a <= len(tracking):
+                        break
+                    tracking = []
                 await trio.sleep(0.002)
+        for client_id in tracking:
+            await admin_a.execute("CLIENT", "KILL", "ID", client_id)
+        if tracking:
+            self.step(
+                "server: A closed the cache's tracking connection (its handoff waits for B), "
+                "so that no read reaches A once it is B's replica"
+            )
         left = [c.id for c in sim_a.connections if c.backend == a_address]
         if left and trio.current_time() >= deadline:
             sim_a.close_connections(connections=left)
@@ -375,7 +422,9 @@ class _Demo:
         report.latency, report.series = phase_summary(stats.ops, stats.failed_at, window, end)
 
 
-async def run_demo(cfg: DemoConfig, observer: Observer | None = None) -> DemoReport:
+async def run_demo(
+    cfg: DemoConfig, observer: Observer | None = None, registry: Any = None
+) -> DemoReport:
     """Run the demo and return its :class:`DemoReport`.
 
     Starts two ``redis-server`` processes (A and B) on free loopback ports, each behind a
@@ -385,6 +434,8 @@ async def run_demo(cfg: DemoConfig, observer: Observer | None = None) -> DemoRep
     there. Everything it starts is stopped before it returns.
 
     :param observer: receives events and live numbers (default: none).
+    :param registry: a ``prometheus_client.CollectorRegistry`` to record the client's
+        metrics on while it runs (``--metrics-port``), or ``None``.
     :raises DemoError: redis-server is missing or failed to start, or A's port is in use.
     """
     observer = observer if observer is not None else Silent()
@@ -404,7 +455,7 @@ async def run_demo(cfg: DemoConfig, observer: Observer | None = None) -> DemoRep
             sim_a = MaintenanceSimulator(server_a, port=cfg.port)
             async with sim_a, MaintenanceSimulator(server_b) as sim_b:
                 entered = True
-                report = await _drive(demo, cfg, rng, server_a, server_b, sim_a, sim_b)
+                report = await _drive(demo, cfg, rng, server_a, server_b, sim_a, sim_b, registry)
     except RuntimeError as exc:
         if entered:
             raise
@@ -438,6 +489,7 @@ async def _drive(
     server_b: RedisServer,
     sim_a: MaintenanceSimulator,
     sim_b: MaintenanceSimulator,
+    registry: Any,
 ) -> DemoReport:
     report = demo.report
     a_text = str(Endpoint(*sim_a.address))
@@ -462,21 +514,37 @@ async def _drive(
         config = MaintConfig(
             endpoint_type=cfg.endpoint_type, post_handoff_relaxed_duration=cfg.post_handoff_relaxed
         )
-        async with open_redis(sim_a.url, pool_size=cfg.pool_size, maintenance=config) as r:
+        cache = CacheConfig() if cfg.cache else None
+        async with (
+            open_redis(sim_a.url, pool_size=cfg.pool_size, maintenance=config, cache=cache) as r,
+        ):
             handler = r.maintenance
             assert handler is not None
             demo.client = r
             stop = trio.Event()
             window = (math.nan, math.nan)
-            async with trio.open_nursery() as nursery:
+            check = demo.stale_check
+            async with instrumented(r, registry), trio.open_nursery() as nursery:
                 nursery.start_soon(demo.consume, handler)
+                if r.cache is not None:
+                    await r.cache.sync()  # the tracking connection is up
                 await trio.lowlevel.checkpoint()
                 demo.stats.start = trio.current_time()
                 nursery.start_soon(demo.refresh, handler, stop)
                 async with trio.open_nursery() as workers:
+                    if check is not None and r.cache is not None:
+                        caches = [r.cache]
+                        workers.start_soon(check.run_barriers, lambda: caches, stop)
                     for task in range(cfg.tasks):
                         workers.start_soon(
-                            run_task, r, demo.stats, task, cfg, stop, random.Random(rng.random())
+                            run_task,
+                            r,
+                            demo.stats,
+                            task,
+                            cfg,
+                            stop,
+                            random.Random(rng.random()),
+                            check,
                         )
                     demo.phase = "before"
                     demo.step(f"workload: {cfg.tasks} tasks, pool of {cfg.pool_size}")
@@ -504,6 +572,8 @@ async def _drive(
                         }
                         for b in handler.circuit_breaker_stats()
                     ]
+                if r.cache is not None and check is not None:
+                    report.cache = cache_document([r.cache], check)
                 nursery.cancel_scope.cancel()
         if cfg.scenario in ("failover", "unreachable"):
             await _caught_up(admin_b, await _offset(admin_a))

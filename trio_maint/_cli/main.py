@@ -10,10 +10,11 @@ shared pieces are in ``args``, ``simulate``'s arguments in ``simulate_args``, lo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
 import trio
 
@@ -27,12 +28,14 @@ from .args import (
     Parser,
     common_options,
     mix_weights,
+    port_number,
     positive_float,
     version_text,
 )
 from .cluster_demo import ClusterDemoConfig, ClusterDemoReport, run_cluster_demo
 from .demo import run_demo
 from .logs import DEFAULT_LEVEL, cli_logging, parse_level
+from .metrics import serve_metrics
 from .render import (
     UsageError,
     make_view,
@@ -63,6 +66,7 @@ def _demo_config(args: argparse.Namespace) -> DemoConfig | ClusterDemoConfig:
                 speed=args.speed,
                 duration=args.duration,
                 seed=args.seed,
+                cache=args.cache,
             )
         return DemoConfig(
             tasks=_given(args.tasks, 8),
@@ -75,6 +79,7 @@ def _demo_config(args: argparse.Namespace) -> DemoConfig | ClusterDemoConfig:
             port=args.port or 0,
             seed=args.seed,
             data_move=args.data_move or "stall",
+            cache=args.cache,
         )
     except DemoError as exc:
         raise UsageError(str(exc)) from None
@@ -93,23 +98,13 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise UsageError(plot_hint()) from None
     json_to_stdout = args.json == "-"
     view_out = err if json_to_stdout else out
-    report: DemoReport | ClusterDemoReport
-    if isinstance(cfg, ClusterDemoConfig):
-        from ..testing import ClusterError, RedisServerNotFoundError
-
-        view = make_view(view_out, args.plain, "trio-maint demo --cluster")
-        try:
-            report = trio.run(run_cluster_demo, cfg, view)
-        except (RedisServerNotFoundError, ClusterError) as exc:
-            raise DemoError(str(exc)) from None
-        finally:
-            view.close()
-    else:
-        view = make_view(view_out, args.plain)
-        try:
-            report = trio.run(run_demo, cfg, view)
-        finally:
-            view.close()
+    with contextlib.ExitStack() as stack:
+        registry = None
+        if args.metrics_port is not None:
+            server = stack.enter_context(serve_metrics(args.metrics_port))
+            registry = server.registry
+            print(f"metrics for Prometheus: {server.url}", file=view_out, flush=True)
+        report = _run_demo(cfg, view_out, args.plain, registry)
     if args.json:
         text = json.dumps(report.as_dict(), indent=2)
         if json_to_stdout:
@@ -123,6 +118,27 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         write_plot(report, args.plot)
         print(f"plot written to {args.plot}", file=view_out)
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _run_demo(
+    cfg: DemoConfig | ClusterDemoConfig, view_out: TextIO, plain: bool, registry: Any
+) -> DemoReport | ClusterDemoReport:
+    """Run the demo ``cfg`` asks for with its live view on ``view_out``."""
+    if isinstance(cfg, ClusterDemoConfig):
+        from ..testing import ClusterError, RedisServerNotFoundError
+
+        view = make_view(view_out, plain, "trio-maint demo --cluster")
+        try:
+            return trio.run(run_cluster_demo, cfg, view, registry)
+        except (RedisServerNotFoundError, ClusterError) as exc:
+            raise DemoError(str(exc)) from None
+        finally:
+            view.close()
+    view = make_view(view_out, plain)
+    try:
+        return trio.run(run_demo, cfg, view, registry)
+    finally:
+        view.close()
 
 
 #: Demo options that do not apply to ``--cluster``, and why.
@@ -302,6 +318,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", metavar="FILE.png", help="draw ops/s and p99 over time (needs matplotlib)"
     )
     demo.add_argument("--plain", action="store_true", help="plain text even on a terminal")
+    demo.add_argument(
+        "--cache",
+        action="store_true",
+        help="the client caches its reads (client-side caching, CacheConfig()); the view and "
+        "report show the hit ratio, invalidations, flushes by cause and stale reads, which "
+        "must be 0 (checked after r.cache.sync() barriers, docs/caching.md)",
+    )
+    demo.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=None,
+        metavar="N",
+        help="serve the client's metrics for Prometheus on http://127.0.0.1:N/metrics while "
+        "the demo runs (0: a free port; needs prometheus-client, extra 'prometheus')",
+    )
     demo.add_argument(
         "--cluster",
         action="store_true",

@@ -47,6 +47,10 @@ class Reportable(Protocol):
     def label(self) -> str:
         """What ran, for the plot's title."""
 
+    @property
+    def verdict_note(self) -> str:
+        """What follows ``PASS``/``FAIL`` (the stale reads with ``--cache``), or ``""``."""
+
     def rows(self) -> list[tuple[str, str]]:
         """The report as ``(label, text)`` rows."""
 
@@ -228,9 +232,9 @@ def make_view(out: TextIO, plain: bool, title: str = "trio-maint demo") -> Plain
 
 
 def render_report(report: Reportable, out: TextIO, *, use_rich: bool) -> None:
-    """Print the end-of-run report, ``"<heading>: PASS"`` (or ``FAIL``) then its rows: a
-    rich table on a terminal, else plain text."""
-    verdict = "PASS" if report.ok else "FAIL"
+    """Print the end-of-run report, ``"<heading>: PASS"`` (or ``FAIL``, then the stale
+    reads with ``--cache``) then its rows: a rich table on a terminal, else plain text."""
+    verdict = ("PASS" if report.ok else "FAIL") + report.verdict_note
     rows = report.rows()
     if use_rich:
         from rich.console import Console

@@ -9,6 +9,8 @@ from typing import Any, ClassVar, Final, Literal, Protocol
 
 import attrs
 
+from .cache_watch import cache_rows
+
 __all__ = [
     "POST_HANDOFF_RELAXED",
     "SCENARIOS",
@@ -23,6 +25,8 @@ __all__ = [
     "ms",
     "percentile",
     "phase_summary",
+    "stale_reads",
+    "verdict_note",
 ]
 
 #: The maintenance timelines ``--scenario`` accepts.
@@ -70,6 +74,8 @@ class DemoConfig:
     :ivar port: port of endpoint A (``0`` = a free one).
     :ivar seed: seed of the workload's random choices (``None`` = random).
     :ivar data_move: see :data:`DataMove`.
+    :ivar cache: the client caches its reads (``--cache``: ``CacheConfig()``) and the
+        demo checks that no read was stale (``bool``).
     """
 
     tasks: int = 8
@@ -82,6 +88,7 @@ class DemoConfig:
     port: int = 0
     seed: int | None = None
     data_move: DataMove = "stall"
+    cache: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.tasks < 1:
@@ -249,6 +256,19 @@ def latency_rows(latency: dict[str, dict[str, float | int]]) -> list[tuple[str, 
     ]
 
 
+def stale_reads(cache: dict[str, Any] | None) -> int:
+    """The stale reads of a report's ``cache`` document (0 without ``--cache``)."""
+    return 0 if cache is None else int(cache["stale_reads"])
+
+
+def verdict_note(cache: dict[str, Any] | None) -> str:
+    """`` (N stale reads)`` after the verdict with ``--cache``, else ``""``."""
+    if cache is None:
+        return ""
+    n = stale_reads(cache)
+    return f" ({n:,} stale read{'' if n == 1 else 's'})"
+
+
 def errors_text(errors: dict[str, int]) -> str:
     """``{"ConnectionError": 3}`` as ``ConnectionError: 3``."""
     return ", ".join(f"{name}: {count:,}" for name, count in errors.items())
@@ -284,6 +304,9 @@ class DemoReport:
     breakers: list[dict[str, Any]] = attrs.field(factory=list)
     relaxed_peak: int = 0
     relaxed_at_end: int = 0
+    #: ``--cache``: the caches' totals and the stale-read check
+    #: (``cache_watch.CacheTotals.as_dict()`` and ``StaleReadCheck.as_dict()`` merged).
+    cache: dict[str, Any] | None = None
 
     #: The first words of the report's verdict line.
     heading: ClassVar[str] = "trio-maint demo"
@@ -334,6 +357,8 @@ class DemoReport:
                         "traffic stayed where it was",
                     )
                 )
+        if self.cache is not None:
+            rows += cache_rows(self.cache)
         if self.errors:
             rows.append(("errors", errors_text(self.errors)))
         return rows
@@ -345,8 +370,14 @@ class DemoReport:
 
     @property
     def ok(self) -> bool:
-        """No command failed and no acknowledged write was lost."""
-        return self.failed_commands == 0 and self.data_intact
+        """No command failed, no acknowledged write was lost, and (``--cache``) no read
+        was stale."""
+        return self.failed_commands == 0 and self.data_intact and stale_reads(self.cache) == 0
+
+    @property
+    def verdict_note(self) -> str:
+        """What follows ``PASS``/``FAIL``: the stale reads with ``--cache``, else ``""``."""
+        return verdict_note(self.cache)
 
     def as_dict(self) -> dict[str, Any]:
         """The report as plain JSON-compatible values (``nan`` becomes ``None``)."""
@@ -405,6 +436,8 @@ class DemoReport:
                 "series": self.series,
             }
         )
+        if self.cache is not None:
+            document["cache"] = clean(self.cache)
         return document
 
 

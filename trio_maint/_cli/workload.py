@@ -10,6 +10,8 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from .cache_watch import StaleReadCheck
+
 __all__ = ["WorkloadSettings", "WorkloadStats", "run_task"]
 
 
@@ -54,11 +56,14 @@ async def run_task(
     cfg: WorkloadSettings,
     stop: trio.Event,
     rng: random.Random,
+    check: StaleReadCheck | None = None,
 ) -> None:
     """One workload task until ``stop``: reads (``GET`` of any key), writes (``SET`` of a
     counter to a key of its own) and pipelines (two ``SET``, a ``GET``, an ``INCR`` of its
     counter key) through ``r`` (a :class:`~trio_maint.Redis` or
-    :class:`~trio_maint.RedisCluster`), recording each in ``stats``."""
+    :class:`~trio_maint.RedisCluster`), recording each in ``stats``; with ``check``
+    (``--cache``), every acknowledged write and every ``GET`` go through the stale-read
+    check too."""
     own = list(range(task, cfg.keys, cfg.tasks))
     counter = 0
     count_key = f"demo:count:{task}"
@@ -70,12 +75,20 @@ async def run_task(
         started = trio.current_time()
         try:
             if kind == "read":
-                await r.get(f"demo:key:{rng.randrange(cfg.keys)}")
+                key = f"demo:key:{rng.randrange(cfg.keys)}"
+                if check is None:
+                    await r.get(key)
+                else:
+                    expected = check.read_started(key)
+                    value = await r.get(key)
+                    check.read_returned(key, expected, value, trio.current_time() - stats.start)
             elif kind == "write":
                 counter += 1
                 key = f"demo:key:{rng.choice(own)}"
                 await r.set(key, f"{task}:{counter}")
                 stats.acked[key] = counter
+                if check is not None:
+                    check.acked(key, counter)
             else:
                 writes = [f"demo:key:{rng.choice(own)}" for _ in range(2)]
                 async with r.pipeline(transaction=False) as pipe:
@@ -87,8 +100,10 @@ async def run_task(
                     pipe.get(f"demo:key:{rng.randrange(cfg.keys)}")
                     pipe.incr(count_key)
                     await pipe.execute()
-                for key, value in zip(writes, values, strict=True):
-                    stats.acked[key] = value
+                for key, version in zip(writes, values, strict=True):
+                    stats.acked[key] = version
+                    if check is not None:
+                        check.acked(key, version)
                 stats.increments[count_key] = stats.increments.get(count_key, 0) + 1
         except trio.Cancelled:
             raise
