@@ -208,6 +208,8 @@ examples:
   trio-maint demo --scenario unreachable --plot demo.png
   trio-maint demo --data-move migrate --tasks 32 --pool-size 8
   trio-maint demo --cluster --plot cluster.png --json cluster.json
+  trio-maint demo --cache --mix 90:9:1     client-side caching: hit ratio, stale reads (0)
+  trio-maint demo --metrics-port 9464      Prometheus metrics on 127.0.0.1:9464 meanwhile
 
 The run takes the timeline's length divided by --speed (28 s at the default --speed 1:
 4 s of traffic, MIGRATING, 3 s, MIGRATED and MOVING with 15 s of time plus 2 s of
