@@ -190,6 +190,19 @@ async def test_command_and_pool_metrics(r: trio_maint.Redis, otel: Otel) -> None
     handle.close()  # idempotent
 
 
+async def test_two_pools_of_one_endpoint_are_one_series(r: trio_maint.Redis, otel: Otel) -> None:
+    # Two clients of the same host:port/db: one point per pool series, summed (as the
+    # cache's); the SDK would otherwise keep one of two observations of a series.
+    async with trio_maint.open_redis(r.options, pool_size=5) as other:
+        with otel.instrument(r), otel.instrument(other):
+            await r.ping()
+            await other.ping()
+            [limit] = otel.points("db.client.connection.max")
+            assert limit.value == r.options.pool_size + 5
+            [idle] = otel.points("db.client.connection.count", db__client__connection__state="idle")
+            assert idle.value == 2
+
+
 async def test_command_spans(r: trio_maint.Redis, otel: Otel) -> None:
     tracer = otel.tracers.get_tracer("test")
     with otel.instrument(r, spans=True):

@@ -4,6 +4,7 @@ redis-servers on loopback); two clients and two exporters at once; refused regis
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -140,6 +141,45 @@ async def test_metrics_after_a_maintenance_window(
     # Closed with the client: no gauge of it is left.
     assert scrape.gauge("db_client_connection_max") is None
     assert scrape.op("count", "SET") == 1
+
+
+def exposed_series(registry: Any) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    """Every sample of the registry's text exposition, parsed back: (name, labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = prometheus_client.generate_latest(registry).decode()
+    return [
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
+
+
+async def test_two_pools_of_one_endpoint_are_one_series(backend: RedisServer) -> None:
+    # Two clients of the same host:port/db on one registry: their pools have the same
+    # name, so their gauges are summed into one series (as the cache's are); reporting
+    # both would expose duplicate series, which a Prometheus server rejects.
+    registry = prometheus_client.CollectorRegistry()
+    address = f"127.0.0.1:{backend.port}/2"
+    scrape = Scrape(registry, address, backend.port)
+    with trio.fail_after(TIMEOUT):
+        async with (
+            trio_maint.open_redis(f"redis://:{PASSWORD}@{address}", pool_size=3) as a,
+            trio_maint.open_redis(f"redis://:{PASSWORD}@{address}", pool_size=5) as b,
+        ):
+            with (
+                trio_maint.prometheus.instrument(a, registry=registry),
+                trio_maint.prometheus.instrument(b, registry=registry),
+            ):
+                await a.ping()
+                await b.ping()
+                found = exposed_series(registry)
+                twice = [key for key, n in Counter(found).items() if n > 1]
+                assert twice == []
+                assert scrape.gauge("db_client_connection_max") == 8
+                idle = scrape.gauge("db_client_connection_count", db_client_connection_state="idle")
+                assert idle == 2
+                assert scrape.gauge("db_client_connection_create_time_seconds_count") == 2
 
 
 async def test_two_clients_and_two_exporters(sim_a: MaintenanceSimulator) -> None:

@@ -132,7 +132,8 @@ def test_pool_observations() -> None:
         "p/0", idle=2, used=1, max=10, pending=4, timeouts=5, closed=6, relaxed=3, handoffs=7
     )
     seen = {
-        (m.name, a.get("db.client.connection.state")): v for m, v, a in pool_observations(snapshot)
+        (m.name, a.get("db.client.connection.state")): v
+        for m, v, a in pool_observations([snapshot])
     }
     assert seen == {
         ("db.client.connection.count", "idle"): 2,
@@ -145,7 +146,39 @@ def test_pool_observations() -> None:
         ("redis.client.connection.handoff.pending", None): 7,
     }
     observed = {m for m in METRICS if m.kind in OBSERVED_KINDS} - set(CACHE_METRICS)
-    assert {m for m, _v, _a in pool_observations(snapshot)} == observed
+    assert {m for m, _v, _a in pool_observations([snapshot])} == observed
+
+
+def test_pools_of_one_name_are_summed() -> None:
+    # Two clients of one host:port/db: one point per series, their values summed.
+    a = PoolSnapshot(
+        "p/0", idle=2, used=1, max=10, pending=4, timeouts=5, closed=6, relaxed=3, handoffs=7
+    )
+    b = PoolSnapshot(
+        "p/0", idle=1, used=1, max=5, pending=0, timeouts=1, closed=0, relaxed=1, handoffs=0
+    )
+    c = PoolSnapshot(
+        "q/0", idle=9, used=0, max=9, pending=0, timeouts=0, closed=0, relaxed=0, handoffs=0
+    )
+    points = pool_observations([a, b, c])
+    keys = [(m.name, tuple(sorted(attrs.items()))) for m, _v, attrs in points]
+    assert len(keys) == len(set(keys)) == 16
+    seen = {
+        (
+            m.name,
+            attrs["db.client.connection.pool.name"],
+            attrs.get("db.client.connection.state"),
+        ): v
+        for m, v, attrs in points
+    }
+    assert seen["db.client.connection.count", "p/0", "idle"] == 3
+    assert seen["db.client.connection.count", "p/0", "used"] == 2
+    assert seen["db.client.connection.max", "p/0", None] == 15
+    assert seen["db.client.connection.timeouts", "p/0", None] == 6
+    assert seen["redis.client.connection.relaxed_timeout", "p/0", None] == 4
+    assert seen["redis.client.connection.handoff.pending", "p/0", None] == 7
+    assert seen["db.client.connection.max", "q/0", None] == 9
+    assert pool_observations([]) == []
 
 
 def is_open(tel: MaintenanceTelemetry) -> bool:

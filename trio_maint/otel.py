@@ -88,9 +88,7 @@ class _Instruments:
             caches = [c for shell in shells for c in shell.cache_snapshots()]
             points = cache_observations(caches)
         else:
-            points = [
-                p for shell in shells for s in shell.snapshots() for p in pool_observations(s)
-            ]
+            points = pool_observations(s for shell in shells for s in shell.snapshots())
         return [
             Observation(value, attributes) for metric, value, attributes in points if metric is spec
         ]

@@ -116,17 +116,12 @@ class _Metrics(Collector):
 
     def collect(self) -> Iterable[Metric]:
         """The gauges of every instrumented client, and its cache's counters, read now
-        (the scrape's thread)."""
+        (the scrape's thread); one sample per series (equal labels summed)."""
         families = {spec: _family(spec) for spec in _OBSERVED}
-        caches = []
-        for shell in dict.fromkeys(self.shells):
-            if shell.client.closed:
-                continue
-            for snapshot in shell.snapshots():
-                for spec, value, attributes in pool_observations(snapshot):
-                    families[spec].add_metric(_values(spec, attributes), value)
-            caches.extend(shell.cache_snapshots())
-        for spec, value, attributes in cache_observations(caches):
+        shells = [s for s in dict.fromkeys(self.shells) if not s.client.closed]
+        pools = pool_observations(p for shell in shells for p in shell.snapshots())
+        caches = cache_observations(c for shell in shells for c in shell.cache_snapshots())
+        for spec, value, attributes in [*pools, *caches]:
             families[spec].add_metric(_values(spec, attributes), value)
         return list(families.values())
 

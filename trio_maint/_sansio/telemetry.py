@@ -11,8 +11,8 @@ attribute and bound lives here once (docs/observability.md lists them).
 * :func:`operation_name`, :func:`error_type`: bounded attribute values for a command and
   an error.
 * :class:`OperationLabels`: the attributes of one client's commands, cached and bounded.
-* :func:`pool_observations`: the values of the pool gauges at collection time (the
-  client-side cache's, from its ``stats()``, are
+* :func:`pool_observations`: the values of the pool gauges at collection time, one point
+  per series (the client-side cache's, from its ``stats()``, are
   :func:`~trio_maint._sansio.telemetry_cache.cache_observations`).
 
 Label values stay bounded: command names come from the command table (others are
@@ -24,7 +24,7 @@ label.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final, TypeAlias
 
 import attrs
@@ -514,17 +514,35 @@ class PoolSnapshot:
     handoffs: int
 
 
-def pool_observations(snapshot: PoolSnapshot) -> list[tuple[MetricSpec, int, Attributes]]:
-    """The observed metrics of one pool: ``(metric, value, attributes)`` for every
-    observed metric (:data:`OBSERVED_KINDS`) but the cache's (:data:`CACHE_METRICS`)."""
-    pool: Attributes = {DB_SYSTEM_NAME: "redis", POOL_NAME: snapshot.name}
-    return [
-        (CONNECTION_COUNT, snapshot.idle, {**pool, CONNECTION_STATE: "idle"}),
-        (CONNECTION_COUNT, snapshot.used, {**pool, CONNECTION_STATE: "used"}),
-        (CONNECTION_MAX, snapshot.max, pool),
-        (PENDING_REQUESTS, snapshot.pending, pool),
-        (CONNECTION_TIMEOUTS, snapshot.timeouts, pool),
-        (CONNECTION_CLOSED, snapshot.closed, pool),
-        (RELAXED_TIMEOUT, snapshot.relaxed, pool),
-        (HANDOFF_PENDING, snapshot.handoffs, pool),
-    ]
+def pool_observations(
+    snapshots: Iterable[PoolSnapshot],
+) -> list[tuple[MetricSpec, int, Attributes]]:
+    """The observed metrics of ``snapshots``: ``(metric, value, attributes)`` for every
+    observed metric (:data:`OBSERVED_KINDS`) but the cache's (:data:`CACHE_METRICS`), per
+    pool name. Pools of the same name (two clients of one ``host:port/db`` exported
+    together, or the pools labelled :data:`OTHER`) are summed, as the cache's points are
+    (:func:`~trio_maint._sansio.telemetry_cache.cache_observations`): an exporter must
+    never report one series twice (a Prometheus server rejects such a scrape)."""
+    totals: dict[str, list[int]] = {}
+    for s in snapshots:
+        values = (s.idle, s.used, s.max, s.pending, s.timeouts, s.closed, s.relaxed, s.handoffs)
+        total = totals.get(s.name)
+        if total is None:
+            totals[s.name] = list(values)
+        else:
+            for i, value in enumerate(values):
+                total[i] += value
+    points: list[tuple[MetricSpec, int, Attributes]] = []
+    for name, (idle, used, most, pending, timeouts, closed, relaxed, handoffs) in totals.items():
+        pool: Attributes = {DB_SYSTEM_NAME: "redis", POOL_NAME: name}
+        points += [
+            (CONNECTION_COUNT, idle, {**pool, CONNECTION_STATE: "idle"}),
+            (CONNECTION_COUNT, used, {**pool, CONNECTION_STATE: "used"}),
+            (CONNECTION_MAX, most, pool),
+            (PENDING_REQUESTS, pending, pool),
+            (CONNECTION_TIMEOUTS, timeouts, pool),
+            (CONNECTION_CLOSED, closed, pool),
+            (RELAXED_TIMEOUT, relaxed, pool),
+            (HANDOFF_PENDING, handoffs, pool),
+        ]
+    return points
