@@ -20,11 +20,32 @@ import trio
 from trio_maint._cli.cache_watch import StaleReadCheck, version_of
 from trio_maint._cli.demo import run_demo
 from trio_maint._cli.main import main
-from trio_maint._cli.report import DemoConfig
+from trio_maint._cli.report import DemoConfig, DemoReport
 from trio_maint._sansio.cache_machine import CacheMachine
 from trio_maint.testing import free_port
 
 TIMEOUT = 90.0
+
+
+def run_bounded(cfg: DemoConfig) -> DemoReport:
+    """``run_demo(cfg)`` in a Trio run of its own, at most ``TIMEOUT`` seconds."""
+
+    async def bounded() -> DemoReport:
+        with trio.fail_after(TIMEOUT):
+            return await run_demo(cfg)
+
+    return trio.run(bounded)
+
+
+def main_bounded(argv: list[str]) -> int:
+    """``main(argv)`` in a thread, at most ``TIMEOUT`` seconds (the test fails beyond)."""
+    status: list[int] = []
+    runner = threading.Thread(target=lambda: status.append(main(argv)), daemon=True)
+    runner.start()
+    runner.join(TIMEOUT)
+    assert not runner.is_alive(), f"trio-maint {' '.join(argv)} ran longer than {TIMEOUT} s"
+    assert status, "main() raised (see the thread's traceback above)"
+    return status[0]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -75,7 +96,7 @@ def test_the_check_catches_a_cache_that_ignores_invalidations(
     the demo reports stale reads and fails."""
     monkeypatch.setattr(CacheMachine, "invalidation", lambda self, keys: [])
     cfg = DemoConfig(speed=20, scenario="failover", cache=True, seed=5, mix=(80, 20, 0))
-    report = trio.run(run_demo, cfg)
+    report = run_bounded(cfg)
     assert report.cache is not None
     assert report.cache["stale_reads"] > 0
     assert report.failed_commands == 0 and report.data_intact
@@ -130,7 +151,7 @@ def test_demo_cache_reads_no_stale_value_through_the_window(options: tuple[str, 
 
 def test_demo_without_cache_has_no_cache_section() -> None:
     cfg = DemoConfig(speed=40, scenario="failover", tasks=2)
-    report = trio.run(run_demo, cfg)
+    report = run_bounded(cfg)
     assert report.cache is None and "cache" not in report.as_dict()
     assert report.verdict_note == ""
     assert not any(label in ("cache", "stale reads") for label, _ in report.rows())
@@ -208,7 +229,7 @@ def test_demo_serves_its_metrics_while_it_runs(
     pytest.importorskip("prometheus_client")
     port = port_of(scraper.url)
     argv = ["demo", "--speed", "20", "--plain", "--metrics-port", str(port), "--seed", "4"]
-    assert main(argv) == 0
+    assert main_bounded(argv) == 0
     out = capsys.readouterr().out
     assert out.count(scraper.url) == 1
     assert out.startswith(f"metrics for Prometheus: {scraper.url}\n")
@@ -242,7 +263,7 @@ def test_demo_cluster_cache_and_metrics(
     out_json = tmp_path / "cluster.json"
     argv = ["demo", "--cluster", "--cache", "--metrics-port", str(port), "--speed", "4"]
     argv += ["--tasks", "30", "--keys", "500", "--seed", "9", "--plain", "--json", str(out_json)]
-    status = main(argv)
+    status = main_bounded(argv)
     out = capsys.readouterr().out
     assert server_threads() == []
     scraper.stop.set()
@@ -305,6 +326,6 @@ def test_metrics_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> 
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert main(["demo", "--speed", "20", "--metrics-port", str(port)]) == 1
+        assert main_bounded(["demo", "--speed", "20", "--metrics-port", str(port)]) == 1
     err = capsys.readouterr().err
     assert err == f"trio-maint: error: port {port} is in use (choose another with --metrics-port)\n"
