@@ -4,6 +4,7 @@ redis-servers on loopback); two clients and two exporters at once; refused regis
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -15,17 +16,21 @@ prometheus_client = pytest.importorskip("prometheus_client")
 
 import trio_maint  # noqa: E402
 import trio_maint.prometheus  # noqa: E402
+from trio_maint._sansio.telemetry import MAX_ENDPOINTS  # noqa: E402
 from trio_maint.testing import MaintenanceSimulator, RedisServer  # noqa: E402
 
 pytestmark = pytest.mark.trio
 
 TIMEOUT = 30.0
 PASSWORD = "s3cret-do-not-print"
+#: Clients of distinct endpoints (databases of one server): past MAX_ENDPOINTS.
+MANY = MAX_ENDPOINTS + 6
 
 
 @pytest.fixture(scope="module")
 def backend() -> Iterator[RedisServer]:
-    with RedisServer(extra_args=("--requirepass", PASSWORD)) as server:
+    args = ("--requirepass", PASSWORD, "--databases", str(MANY))
+    with RedisServer(extra_args=args) as server:
         yield server
 
 
@@ -243,3 +248,68 @@ async def test_a_registry_whose_names_are_taken_is_refused(r: trio_maint.Redis) 
             trio_maint.prometheus.instrument(r, registry=mine)
     with trio_maint.prometheus.instrument(r, registry=mine):  # again, once closed
         await r.ping()
+
+
+async def test_endpoints_are_bounded_per_exporter(backend: RedisServer) -> None:
+    # MANY clients, each its own endpoint (a database of one server), on ONE registry and
+    # ONE meter provider: each exporter labels at most MAX_ENDPOINTS endpoints apart,
+    # whichever client they come from; the later ones are OTHER in server.address,
+    # db.namespace and the pool name alike, their pools one summed series.
+    otel = pytest.importorskip("opentelemetry.sdk.metrics")
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    import trio_maint.otel
+
+    registry = prometheus_client.CollectorRegistry()
+    reader = InMemoryMetricReader()
+    meters = otel.MeterProvider(metric_readers=[reader])
+    with trio.fail_after(TIMEOUT):
+        async with contextlib.AsyncExitStack() as stack:
+            clients = []
+            for db in range(MANY):
+                address = f"redis://:{PASSWORD}@127.0.0.1:{backend.port}/{db}"
+                r = await stack.enter_async_context(trio_maint.open_redis(address, pool_size=2))
+                stack.enter_context(trio_maint.prometheus.instrument(r, registry=registry))
+                stack.enter_context(trio_maint.otel.instrument(r, meter_provider=meters))
+                clients.append(r)
+            for r in clients:
+                await r.ping()
+            # Prometheus, the exposition parsed back.
+            found = exposed_series(registry)
+            assert [key for key, n in Counter(found).items() if n > 1] == []
+            endpoints, pools = set(), set()
+            for name, labels in found:
+                values = dict(labels)
+                if name.startswith("db_client_operation_duration_seconds"):
+                    endpoints.add(
+                        (values["server_address"], values["server_port"], values["db_namespace"])
+                    )
+                if "db_client_connection_pool_name" in values:
+                    pools.add(values["db_client_connection_pool_name"])
+            assert len(endpoints) == MAX_ENDPOINTS + 1 and ("OTHER", "", "OTHER") in endpoints
+            assert len(pools) == MAX_ENDPOINTS + 1 and "OTHER" in pools
+            other_pool = {"db_system_name": "redis", "db_client_connection_pool_name": "OTHER"}
+            late = MANY - MAX_ENDPOINTS
+            assert registry.get_sample_value("db_client_connection_max", other_pool) == 2 * late
+            waits = "db_client_connection_wait_time_seconds_count"
+            assert registry.get_sample_value(waits, other_pool) == late
+            # OpenTelemetry, the same bound on its own.
+            data = reader.get_metrics_data()
+            assert data is not None
+            metrics = {
+                m.name: m
+                for rm in data.resource_metrics
+                for sm in rm.scope_metrics
+                for m in sm.metrics
+            }
+            ops = [
+                dict(p.attributes or {})
+                for p in metrics["db.client.operation.duration"].data.data_points
+            ]
+            seen = {(a["server.address"], a.get("server.port"), a["db.namespace"]) for a in ops}
+            assert len(seen) == MAX_ENDPOINTS + 1 and ("OTHER", None, "OTHER") in seen
+            for name in ("db.client.connection.wait_time", "db.client.connection.max"):
+                points = metrics[name].data.data_points
+                named = {dict(p.attributes or {})["db.client.connection.pool.name"] for p in points}
+                assert len(named) == MAX_ENDPOINTS + 1 and "OTHER" in named, name
+    meters.shutdown()

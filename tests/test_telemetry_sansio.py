@@ -34,11 +34,14 @@ from trio_maint._sansio.telemetry import (
     NOTIFICATIONS,
     OBSERVED_KINDS,
     OTHER,
+    OTHER_SERVER,
     WINDOW_DURATION,
     Attributes,
     Kind,
     OperationLabels,
     PoolSnapshot,
+    ServerKey,
+    endpoint_key,
     error_type,
     operation_name,
     pool_name,
@@ -105,8 +108,8 @@ def test_error_types_are_class_names() -> None:
 
 
 def test_operation_labels_cached_and_bounded() -> None:
-    labels = OperationLabels(max_endpoints=2)
-    a = labels.base("10.0.0.1", 6379, None, 0)
+    labels = OperationLabels(max_endpoints=3)
+    a = ("10.0.0.1", 6379, 0)
     first = labels.operation(a, "get", None)
     assert first is labels.operation(a, b"GET", None)
     assert dict(first) == {
@@ -119,12 +122,42 @@ def test_operation_labels_cached_and_bounded() -> None:
     assert failed["error.type"] == "TimeoutError"
     pipeline = labels.operation(a, "PIPELINE", None)
     assert pipeline["db.operation.name"] == "PIPELINE"
-    unix = labels.base("localhost", 6379, "/tmp/r.sock", 2)
+    assert dict(labels.pool(labels.base(a))) == {
+        **POOL,
+        "db.client.connection.pool.name": "10.0.0.1:6379/0",
+    }
+    unix = labels.base(endpoint_key("localhost", 6379, "/tmp/r.sock", 2))
     assert dict(labels.server(unix)) == {"db.system.name": "redis", "server.address": "/tmp/r.sock"}
-    third = labels.base("10.0.0.3", 6379, None, 0)
-    assert third.address == OTHER and third.port is None
+    assert unix.namespace == "2" and unix.pool == "/tmp/r.sock/2"
+    ipv6 = labels.base(endpoint_key("::1", 7000, None, 3))
+    assert ipv6.pool == "[::1]:7000/3"
     assert pool_name("::1", 7000, None, 3) == "[::1]:7000/3"
     assert pool_name("h", 1, "/s", 0) == "/s/0"
+
+
+def test_endpoints_past_the_bound_are_other_in_every_label() -> None:
+    # The bound is on endpoints (address, port, db): the fourth database of a known
+    # server is as new as a new server, and past the bound nothing of it is a label:
+    # server.address, db.namespace and the pool name are OTHER, no port.
+    labels = OperationLabels(max_endpoints=2)
+    labels.base(("10.0.0.1", 6379, 0))
+    labels.base(("10.0.0.1", 6379, 1))
+    for late in (("10.0.0.1", 6379, 2), ("10.0.0.3", 6379, 0), ("/tmp/s", None, 7)):
+        assert labels.base(late) is OTHER_SERVER
+        attributes = labels.operation(late, "GET", None)
+        assert dict(attributes) == {
+            "db.system.name": "redis",
+            "server.address": OTHER,
+            "db.namespace": OTHER,
+            "db.operation.name": "GET",
+        }
+        assert labels.pool(labels.base(late))["db.client.connection.pool.name"] == OTHER
+        assert labels.pubsub(late, True)["server.address"] == OTHER
+    assert ServerKey(OTHER, None, OTHER, OTHER) == OTHER_SERVER
+    # Admitted endpoints keep their labels.
+    assert labels.base(("10.0.0.1", 6379, 1)).namespace == "1"
+    # One exporter's bound: another OperationLabels (exporter) starts afresh.
+    assert OperationLabels(max_endpoints=2).base(("10.0.0.3", 6379, 0)).address == "10.0.0.3"
 
 
 def test_pool_observations() -> None:

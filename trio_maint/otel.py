@@ -42,6 +42,7 @@ from ._sansio.telemetry import (
     Attributes,
     Kind,
     MetricSpec,
+    OperationLabels,
     error_type,
     pool_observations,
 )
@@ -58,11 +59,14 @@ INSTRUMENTATION_NAME = "trio_maint"
 
 class _Instruments:
     """The instruments of one meter provider, shared by every client instrumented with
-    it; the observable ones read the pools and caches of :attr:`shells` when the reader
+    it, and its label values (:attr:`labels`: the bound on endpoints holds per provider);
+    the observable ones read the pools and caches of :attr:`attached` when the reader
     collects."""
 
     def __init__(self, meter: Meter) -> None:
-        self.shells: list[ClientTelemetry] = []  # once per open handle
+        self.labels = OperationLabels()
+        #: The open handles' sinks and their shells (the reader's thread reads a copy).
+        self.attached: dict[_Sink, ClientTelemetry] = {}
         self.counters: dict[MetricSpec, Any] = {}
         self.histograms: dict[MetricSpec, Any] = {}
         for spec in METRICS:
@@ -83,12 +87,11 @@ class _Instruments:
                     meter.create_observable_counter(name, [callback], unit, text)
 
     def _observe(self, spec: MetricSpec, options: CallbackOptions) -> Iterable[Observation]:
-        shells = [s for s in dict.fromkeys(self.shells) if not s.client.closed]  # once each
+        shells = [(k, s) for k, s in list(self.attached.items()) if not s.client.closed]
         if spec in CACHE_METRICS:
-            caches = [c for shell in shells for c in shell.cache_snapshots()]
-            points = cache_observations(caches)
+            points = cache_observations(c for k, s in shells for c in s.cache_snapshots(k))
         else:
-            points = pool_observations(s for shell in shells for s in shell.snapshots())
+            points = pool_observations(p for k, s in shells for p in s.snapshots(k))
         return [
             Observation(value, attributes) for metric, value, attributes in points if metric is spec
         ]
@@ -112,6 +115,7 @@ class _Sink:
         self, instruments: _Instruments, tracer: Tracer, command_spans: bool, window_spans: bool
     ) -> None:
         self.instruments = instruments
+        self.labels = instruments.labels
         self.tracer = tracer
         self.command_spans = command_spans
         self.window_spans = window_spans
@@ -214,10 +218,10 @@ def instrument(
         raise RuntimeError(f"{client!r} is already instrumented with this meter provider")
     sink = _Sink(instruments, tracer, spans, window_spans)
     shell.add_sink(sink)
-    instruments.shells.append(shell)  # once per handle
+    instruments.attached[sink] = shell
 
     def on_close() -> None:
         sink.close()
-        instruments.shells.remove(shell)
+        instruments.attached.pop(sink, None)
 
     return Instrumentation(client, shell, sink, on_close)

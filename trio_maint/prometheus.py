@@ -40,6 +40,7 @@ from ._sansio.telemetry import (
     AttrValue,
     Kind,
     MetricSpec,
+    OperationLabels,
     pool_observations,
 )
 from ._sansio.telemetry_cache import cache_observations
@@ -76,11 +77,14 @@ def _family(spec: MetricSpec) -> GaugeMetricFamily | CounterMetricFamily:
 
 
 class _Metrics(Collector):
-    """The metrics of one registry, shared by every client instrumented on it; as a
-    collector it reports the gauges (pools, caches) of :attr:`shells` at each scrape."""
+    """The metrics of one registry, shared by every client instrumented on it, and its
+    label values (:attr:`labels`: the bound on endpoints holds per registry); as a
+    collector it reports the gauges (pools, caches) of :attr:`attached` at each scrape."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.shells: list[ClientTelemetry] = []  # once per open handle
+        self.labels = OperationLabels()
+        #: The open handles' sinks and their shells (a scrape's thread reads a copy).
+        self.attached: dict[_Sink, ClientTelemetry] = {}
         self.metrics: dict[MetricSpec, Any] = {}
         self.children: dict[tuple[MetricSpec, int], tuple[Attributes, Any]] = {}
         for spec in METRICS:
@@ -118,9 +122,9 @@ class _Metrics(Collector):
         """The gauges of every instrumented client, and its cache's counters, read now
         (the scrape's thread); one sample per series (equal labels summed)."""
         families = {spec: _family(spec) for spec in _OBSERVED}
-        shells = [s for s in dict.fromkeys(self.shells) if not s.client.closed]
-        pools = pool_observations(p for shell in shells for p in shell.snapshots())
-        caches = cache_observations(c for shell in shells for c in shell.cache_snapshots())
+        shells = [(k, s) for k, s in list(self.attached.items()) if not s.client.closed]
+        pools = pool_observations(p for k, s in shells for p in s.snapshots(k))
+        caches = cache_observations(c for k, s in shells for c in s.cache_snapshots(k))
         for spec, value, attributes in [*pools, *caches]:
             families[spec].add_metric(_values(spec, attributes), value)
         return list(families.values())
@@ -136,6 +140,7 @@ class _Sink:
 
     def __init__(self, metrics: _Metrics) -> None:
         self.metrics = metrics
+        self.labels = metrics.labels
 
     def add(self, metric: MetricSpec, value: int, attributes: Attributes) -> None:
         self.metrics.child(metric, attributes).inc(value)
@@ -196,9 +201,9 @@ def instrument(client: Client, *, registry: CollectorRegistry | None = None) -> 
         raise RuntimeError(f"{client!r} is already instrumented on this registry")
     sink = _Sink(metrics)
     shell.add_sink(sink)
-    metrics.shells.append(shell)
+    metrics.attached[sink] = shell
 
     def on_close() -> None:
-        metrics.shells.remove(shell)
+        metrics.attached.pop(sink, None)
 
     return Instrumentation(client, shell, sink, on_close)

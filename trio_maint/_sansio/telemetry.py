@@ -10,15 +10,16 @@ attribute and bound lives here once (docs/observability.md lists them).
   go-redis (redisotel-native) and redis-py (``redis.observability``) use (``redis.client.*``).
 * :func:`operation_name`, :func:`error_type`: bounded attribute values for a command and
   an error.
-* :class:`OperationLabels`: the attributes of one client's commands, cached and bounded.
+* :class:`OperationLabels`: the label values of one exporter and the attributes of the
+  measurements of its clients, cached and bounded per exporter.
 * :func:`pool_observations`: the values of the pool gauges at collection time, one point
   per series (the client-side cache's, from its ``stats()``, are
   :func:`~trio_maint._sansio.telemetry_cache.cache_observations`).
 
 Label values stay bounded: command names come from the command table (others are
-:data:`OTHER`), errors are exception class names, endpoints are at most
-:data:`MAX_ENDPOINTS` per exporter. No key, argument, channel or password ever becomes a
-label.
+:data:`OTHER`), errors are exception class names, endpoints (``server.*``,
+``db.namespace`` and the pool name) are at most :data:`MAX_ENDPOINTS` per exporter. No
+key, argument, channel or password ever becomes a label.
 """
 
 from __future__ import annotations
@@ -46,16 +47,19 @@ __all__ = [
     "METRICS",
     "OBSERVED_KINDS",
     "OTHER",
+    "OTHER_SERVER",
     "POOL_NAME",
     "SERVER_ADDRESS",
     "SERVER_PORT",
     "AttrValue",
     "Attributes",
+    "EndpointKey",
     "Kind",
     "MetricSpec",
     "OperationLabels",
     "PoolSnapshot",
     "ServerKey",
+    "endpoint_key",
     "error_type",
     "operation_name",
     "pool_name",
@@ -89,8 +93,8 @@ CSC_FLUSH_CAUSE: Final = "redis.client.csc.flush.cause"
 
 #: ``db.operation.name`` of a command not in the command table (``str``).
 OTHER: Final = "OTHER"
-#: Distinct endpoints (``server.address``/``server.port`` pairs) one exporter labels;
-#: later ones are labelled :data:`OTHER` (``int``).
+#: Distinct endpoints (address, port and db) one exporter labels apart; later ones are
+#: labelled :data:`OTHER` (``server.address``, ``db.namespace``, the pool name) (``int``).
 MAX_ENDPOINTS: Final = 64
 
 
@@ -421,43 +425,70 @@ def pool_name(host: str, port: int, unix_path: str | None, db: int) -> str:
     return f"{address}/{db}"
 
 
+#: Where a client's measurements come from, as the shell knows it: ``(address, port,
+#: db)``, the address being the socket's path and the port ``None`` for a Unix socket.
+#: Made by :func:`endpoint_key`; :meth:`OperationLabels.base` turns it into labels.
+EndpointKey: TypeAlias = tuple[str, int | None, int]
+
+
+def endpoint_key(host: str, port: int, unix_path: str | None, db: int) -> EndpointKey:
+    """The :data:`EndpointKey` of a client (or cluster node) with these options."""
+    return (unix_path, None, db) if unix_path is not None else (host, port, db)
+
+
 @attrs.frozen(cache_hash=True)
 class ServerKey:
-    """Where measurements go to: ``server.address``, ``server.port`` (``None`` for a
-    Unix socket) and ``db.namespace`` (the db index as text). Made by
-    :meth:`OperationLabels.base`."""
+    """The label values of one endpoint in one exporter: ``server.address``,
+    ``server.port`` (``None`` for a Unix socket), ``db.namespace`` (the db index as text)
+    and ``db.client.connection.pool.name`` (:func:`pool_name`); all :data:`OTHER` (no
+    port) for an endpoint past the exporter's bound. Made by :meth:`OperationLabels.base`."""
 
     address: str
     port: int | None
     namespace: str
+    pool: str
+
+
+#: The labels of every endpoint past an exporter's bound.
+OTHER_SERVER: Final = ServerKey(OTHER, None, OTHER, OTHER)
 
 
 class OperationLabels:
-    """The attributes of commands and notifications, cached per (endpoint, command,
-    error) so that a measurement allocates nothing new once seen. One per exporter.
+    """The label values of one exporter (an OpenTelemetry meter provider, a Prometheus
+    registry), shared by every client it exports, and the attributes made of them, cached
+    so that a measurement allocates nothing new once seen.
 
-    :param max_endpoints: distinct endpoints kept apart (``int``); later ones are
-        labelled :data:`OTHER`.
+    Bounded per exporter: the first ``max_endpoints`` distinct endpoints
+    (:data:`EndpointKey`: address, port and db) get their own ``server.address``,
+    ``server.port``, ``db.namespace`` and pool name; every later one gets
+    :data:`OTHER_SERVER` (``OTHER`` for each, no port), for good: the exporter's series
+    stay bounded however many clients come and go. Not thread-safe: the Trio thread
+    admits endpoints (a scrape only reads what was made there).
+
+    :param max_endpoints: distinct endpoints kept apart (``int``).
     """
 
     def __init__(self, max_endpoints: int = MAX_ENDPOINTS) -> None:
         self.max_endpoints = max_endpoints
-        self._bases: dict[tuple[str, int | None, int], ServerKey] = {}
-        self._cache: dict[tuple[ServerKey, str, str | None], Attributes] = {}
+        self._bases: dict[EndpointKey, ServerKey] = {}
+        self._cache: dict[tuple[EndpointKey, str, str | None], Attributes] = {}
         self._server: dict[ServerKey, Attributes] = {}
+        self._pool: dict[ServerKey, Attributes] = {}
+        self._pubsub: dict[tuple[EndpointKey, bool], Attributes] = {}
 
-    def base(self, host: str, port: int, unix_path: str | None, db: int) -> ServerKey:
-        """The endpoint part of the attributes (bounded: see the class docs)."""
-        key = (unix_path if unix_path is not None else host, None if unix_path else port, db)
-        base = self._bases.get(key)
+    def base(self, endpoint: EndpointKey) -> ServerKey:
+        """The label values of ``endpoint`` (bounded: see the class docs)."""
+        base = self._bases.get(endpoint)
         if base is None:
             if len(self._bases) >= self.max_endpoints:
-                return ServerKey(OTHER, None, str(db))
-            base = self._bases[key] = ServerKey(key[0], key[1], str(db))
+                return OTHER_SERVER
+            address, port, db = endpoint
+            pool = pool_name(address, port or 0, address if port is None else None, db)
+            base = self._bases[endpoint] = ServerKey(address, port, str(db), pool)
         return base
 
     def operation(
-        self, base: ServerKey, command: object, error: BaseException | None
+        self, endpoint: EndpointKey, command: object, error: BaseException | None
     ) -> Attributes:
         """Attributes of ``db.client.operation.duration``: ``db.system.name``,
         ``server.address``, ``server.port`` (TCP only), ``db.namespace`` (the db index),
@@ -465,10 +496,11 @@ class OperationLabels:
         ``"PIPELINE"`` or ``"MULTI"``) and ``error.type`` when ``error`` is not ``None``."""
         name = command if command in ("PIPELINE", "MULTI") else operation_name(command)
         kind = None if error is None else error_type(error)
-        key = (base, str(name), kind)
+        key = (endpoint, str(name), kind)
         found = self._cache.get(key)
         if found is not None:
             return found
+        base = self.base(endpoint)
         attributes: dict[str, AttrValue] = dict(self.server(base))
         attributes[DB_NAMESPACE] = base.namespace
         attributes[DB_OPERATION_NAME] = str(name)
@@ -489,6 +521,24 @@ class OperationLabels:
             if base.port is not None:
                 attributes[SERVER_PORT] = base.port
             found = self._server[base] = attributes
+        return found
+
+    def pool(self, base: ServerKey) -> Attributes:
+        """``db.system.name`` and ``db.client.connection.pool.name`` of ``base``."""
+        found = self._pool.get(base)
+        if found is None:
+            found = self._pool[base] = {DB_SYSTEM_NAME: "redis", POOL_NAME: base.pool}
+        return found
+
+    def pubsub(self, endpoint: EndpointKey, sharded: bool) -> Attributes:
+        """Attributes of ``redis.client.pubsub.messages`` (received) of ``endpoint``."""
+        key = (endpoint, sharded)
+        found = self._pubsub.get(key)
+        if found is None:
+            server = self.server(self.base(endpoint))
+            found = {**server, PUBSUB_DIRECTION: "received", PUBSUB_SHARDED: sharded}
+            if len(self._pubsub) < 256:
+                self._pubsub[key] = found
         return found
 
 

@@ -6,8 +6,10 @@ each pool's :class:`~trio_maint._net.pool.PoolObserver` and a
 system task, the timer that closes maintenance windows. What to record is decided in
 :mod:`trio_maint._sansio.telemetry` and :mod:`~trio_maint._sansio.telemetry_window`; the
 records go to every :class:`Sink` attached (one per exporter: a client may be exported
-through OpenTelemetry and Prometheus at once). Gauges are read when an exporter collects,
-possibly from another thread (:meth:`ClientTelemetry.snapshots`, and
+through OpenTelemetry and Prometheus at once), each labelled by that exporter's
+:class:`~trio_maint._sansio.telemetry.OperationLabels` (its bound on endpoints holds for
+every client it exports). Gauges are read when an exporter collects, possibly from
+another thread (:meth:`ClientTelemetry.snapshots`, and
 :meth:`ClientTelemetry.cache_snapshots` for the client-side caches' counters).
 """
 
@@ -33,17 +35,16 @@ from .._sansio.resp import CommandArg
 from .._sansio.telemetry import (
     CONNECTION_CREATE_TIME,
     CONNECTION_WAIT_TIME,
-    DB_SYSTEM_NAME,
+    DB_OPERATION_BATCH_SIZE,
+    DB_OPERATION_NAME,
     OPERATION_DURATION,
-    POOL_NAME,
-    PUBSUB_DIRECTION,
     PUBSUB_MESSAGES,
-    PUBSUB_SHARDED,
     Attributes,
+    EndpointKey,
     MetricSpec,
     OperationLabels,
     PoolSnapshot,
-    ServerKey,
+    endpoint_key,
     pool_name,
 )
 from .._sansio.telemetry_cache import CacheSnapshot, cache_attributes
@@ -76,6 +77,9 @@ class Sink(Protocol):
 
     #: Whether :meth:`span` is wanted (per-command spans).
     command_spans: bool
+    #: The exporter's label values, shared by every client it exports (its bounds hold
+    #: per exporter).
+    labels: OperationLabels
 
     def add(self, metric: MetricSpec, value: int, attributes: Attributes) -> None:
         """Add ``value`` to the counter ``metric``."""
@@ -102,20 +106,37 @@ class Sink(Protocol):
         ...
 
 
+class _View:
+    """One member as one exporter sees it: its labels there (bounded by the exporter's
+    :class:`OperationLabels`), and its maintenance windows as that exporter was told
+    them (from when it attached to when it detached)."""
+
+    __slots__ = ("base", "cache_attrs", "pool_attrs", "tracker")
+
+    def __init__(self, labels: OperationLabels, endpoint: EndpointKey, backstop: float) -> None:
+        self.base = labels.base(endpoint)
+        server = labels.server(self.base)
+        self.pool_attrs = labels.pool(self.base)
+        self.cache_attrs = cache_attributes(server, self.base.pool)
+        self.tracker = MaintenanceTelemetry(server, self.pool_attrs, backstop)
+
+
 class _Member:
     """One observed :class:`Redis`: the client itself, or a node of a cluster."""
 
     def __init__(self, shell: ClientTelemetry, client: Redis) -> None:
         self.client = client
         opts = client.options
-        self.base = shell.labels.base(opts.host, opts.port, opts.unix_path, opts.db)
+        self.endpoint = endpoint_key(opts.host, opts.port, opts.unix_path, opts.db)
         self.pool_name = pool_name(opts.host, opts.port, opts.unix_path, opts.db)
-        pool_attrs: Attributes = {DB_SYSTEM_NAME: "redis", POOL_NAME: self.pool_name}
-        backstop = max(WINDOW_BACKSTOP_FACTOR * client.maintenance.config.relaxed_timeout, 1.0)
-        self.tracker = MaintenanceTelemetry(shell.labels.server(self.base), pool_attrs, backstop)
-        self.pool_attrs = pool_attrs
-        self.cache_attrs = cache_attributes(shell.labels.server(self.base), self.pool_name)
+        self.backstop = max(WINDOW_BACKSTOP_FACTOR * client.maintenance.config.relaxed_timeout, 1.0)
+        #: One view per sink attached (written on the Trio thread; a scrape reads it).
+        self.views: dict[Sink, _View] = {}
         self._shell = shell
+
+    def view(self, sink: Sink) -> None:
+        """Report to ``sink`` too."""
+        self.views[sink] = _View(sink.labels, self.endpoint, self.backstop)
 
     # NotificationHook: only the events matter.
     def pre(self, conn: Connection, notification: Notification) -> bool:
@@ -141,12 +162,9 @@ class ClientTelemetry:
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self.labels = OperationLabels()
         self._sinks: tuple[Sink, ...] = ()
-        self._spans = False
         self._members: dict[Redis, _Member] = {}
         self._pools: dict[ConnectionPool, _Member] = {}
-        self._pubsub_attrs: dict[tuple[ServerKey, bool], Attributes] = {}
         self._offset = trio.current_time() - time.perf_counter()
         self._wake = math.inf
         self._timer: trio.CancelScope | None = None
@@ -196,6 +214,8 @@ class ClientTelemetry:
         if self.closed or client in self._members:
             return
         member = _Member(self, client)
+        for sink in self._sinks:
+            member.view(sink)
         self._members[client] = member
         self._pools[client.pool] = member
         client._observer = self
@@ -212,8 +232,14 @@ class ClientTelemetry:
             client._observer = None
         client.pool.observe(None)
         client.maintenance.remove_hook(member)
-        if trio.lowlevel.in_trio_run():  # else an exporter ends its open spans itself
-            self._emit(member, member.tracker.close(trio.current_time()))
+        for sink in list(member.views):
+            self._close_view(member, sink)
+
+    def _close_view(self, member: _Member, sink: Sink) -> None:
+        """Stop reporting ``member`` to ``sink``; its open window ends there."""
+        view = member.views.pop(sink, None)
+        if view is not None and trio.lowlevel.in_trio_run():  # else the exporter ends its
+            self._emit(member, sink, view.tracker.close(trio.current_time()))  # spans itself
 
     @property
     def sinks(self) -> tuple[Sink, ...]:
@@ -221,21 +247,23 @@ class ClientTelemetry:
         return self._sinks
 
     def add_sink(self, sink: Sink) -> None:
-        """Send records to ``sink`` too."""
+        """Send records to ``sink`` too (labelled by its :attr:`Sink.labels`)."""
+        for member in self._members.values():
+            member.view(sink)
         self._sinks = (*self._sinks, sink)
-        self._spans = any(s.command_spans for s in self._sinks)
 
     def remove_sink(self, sink: Sink) -> None:
-        """Stop sending to ``sink``; the last one removed detaches from the client (open
-        maintenance windows end, reason ``"detached"``)."""
+        """Stop sending to ``sink`` (its open maintenance windows end, reason
+        ``"detached"``); the last one removed detaches from the client."""
         if self.closed:
             return
         if not any(s is sink for s in self._sinks):
             return
-        if len(self._sinks) == 1:
-            self._detach()  # it still gets the windows' ends
+        for member in list(self._members.values()):
+            self._close_view(member, sink)
         self._sinks = tuple(s for s in self._sinks if s is not sink)
-        self._spans = any(s.command_spans for s in self._sinks)
+        if not self._sinks:
+            self._detach()
 
     def _detach(self) -> None:
         for client in list(self._members):
@@ -253,33 +281,23 @@ class ClientTelemetry:
 
     def _done(
         self,
-        base: ServerKey,
+        endpoint: EndpointKey,
         name: CommandArg,
         start: float,
         error: BaseException | None,
         size: int,
     ) -> None:
         end = time.perf_counter()
-        sinks = self._sinks
-        if not sinks:
-            return
         try:
-            attributes = self.labels.operation(base, name, error)
-            for sink in sinks:
+            for sink in self._sinks:
+                attributes = sink.labels.operation(endpoint, name, error)
                 sink.record(OPERATION_DURATION, end - start, attributes)
-            if self._spans:
-                start_ns, end_ns = self._now_ns(start, end)
-                if size:
-                    attributes = {**attributes, "db.operation.batch.size": size}
-                for sink in sinks:
-                    if sink.command_spans:
-                        sink.span(
-                            str(attributes["db.operation.name"]),
-                            start_ns,
-                            end_ns,
-                            attributes,
-                            error,
-                        )
+                if sink.command_spans:
+                    start_ns, end_ns = self._now_ns(start, end)
+                    if size:
+                        attributes = {**attributes, DB_OPERATION_BATCH_SIZE: size}
+                    name_ = str(attributes[DB_OPERATION_NAME])
+                    sink.span(name_, start_ns, end_ns, attributes, error)
         except Exception:
             self._failed()
 
@@ -294,14 +312,15 @@ class ClientTelemetry:
             extra={"event": "telemetry_failed"},
         )
 
-    def _base_of(self, client: Redis) -> ServerKey:
+    def _endpoint_of(self, client: Redis) -> EndpointKey:
         member = self._members.get(client)
         if member is not None:
-            return member.base
-        return self._options_base(client.options)
+            return member.endpoint
+        return self._options_endpoint(client.options)
 
-    def _options_base(self, opts: ClientOptions) -> ServerKey:
-        return self.labels.base(opts.host, opts.port, opts.unix_path, opts.db)
+    @staticmethod
+    def _options_endpoint(opts: ClientOptions) -> EndpointKey:
+        return endpoint_key(opts.host, opts.port, opts.unix_path, opts.db)
 
     async def command(self, client: Redis, name: CommandArg, run: Awaitable[T]) -> T:
         """Time one command of ``client`` (see :class:`CommandObserver`)."""
@@ -309,9 +328,9 @@ class ClientTelemetry:
         try:
             result = await run
         except BaseException as exc:
-            self._done(self._base_of(client), name, start, exc, 0)
+            self._done(self._endpoint_of(client), name, start, exc, 0)
             raise
-        self._done(self._base_of(client), name, start, None, 0)
+        self._done(self._endpoint_of(client), name, start, None, 0)
         return result
 
     async def pipeline(self, client: object, transaction: bool, size: int, run: Awaitable[T]) -> T:
@@ -319,16 +338,16 @@ class ClientTelemetry:
         start = time.perf_counter()
         name = "MULTI" if transaction else "PIPELINE"
         if isinstance(client, Redis):
-            base = self._base_of(client)
+            endpoint = self._endpoint_of(client)
         else:
             assert isinstance(client, RedisCluster)
-            base = self._options_base(client.options)
+            endpoint = self._options_endpoint(client.options)
         try:
             result = await run
         except BaseException as exc:
-            self._done(base, name, start, exc, size)
+            self._done(endpoint, name, start, exc, size)
             raise
-        self._done(base, name, start, None, size)
+        self._done(endpoint, name, start, None, size)
         return result
 
     async def cluster_command(
@@ -347,25 +366,19 @@ class ClientTelemetry:
             master = None if slot is None else cluster.slot_map.master(slot)
             opts = cluster.options
             if master is None:
-                base = self._options_base(opts)
+                endpoint = self._options_endpoint(opts)
             else:
-                base = self.labels.base(master.host, master.port, None, opts.db)
-            self._done(base, name, start, error, 0)
+                endpoint = (master.host, master.port, opts.db)
+            self._done(endpoint, name, start, error, 0)
 
     def pubsub_message(self, options: ClientOptions, kind: str) -> None:
         """Count a received pub/sub message (not a ``pong``)."""
         if kind == "pong" or not self._sinks:
             return
         try:
-            key = (self._options_base(options), kind == "smessage")
-            attributes = self._pubsub_attrs.get(key)
-            if attributes is None:
-                server = self.labels.server(key[0])
-                attributes = {**server, PUBSUB_DIRECTION: "received", PUBSUB_SHARDED: key[1]}
-                if len(self._pubsub_attrs) < 256:
-                    self._pubsub_attrs[key] = attributes
+            endpoint = self._options_endpoint(options)
             for sink in self._sinks:
-                sink.add(PUBSUB_MESSAGES, 1, attributes)
+                sink.add(PUBSUB_MESSAGES, 1, sink.labels.pubsub(endpoint, kind == "smessage"))
         except Exception:
             self._failed()
 
@@ -384,25 +397,29 @@ class ClientTelemetry:
         if member is None:
             return
         try:
-            for sink in self._sinks:
-                sink.record(metric, seconds, member.pool_attrs)
+            for sink, view in member.views.items():
+                sink.record(metric, seconds, view.pool_attrs)
         except Exception:
             self._failed()
 
-    def snapshots(self) -> list[PoolSnapshot]:
-        """The pool gauges of every observed client. Any thread: nothing here touches
-        Trio or changes anything (the maintenance counts are
-        :meth:`MaintenanceMachine.gauges <trio_maint.lowlevel.MaintenanceMachine.gauges>`,
-        a read), and ``now`` is Trio's clock reconstructed from ``time.perf_counter``."""
+    def snapshots(self, sink: Sink) -> list[PoolSnapshot]:
+        """The pool gauges of every observed client, named as ``sink``'s exporter labels
+        them. Any thread: nothing here touches Trio or changes anything (the maintenance
+        counts are :meth:`MaintenanceMachine.gauges
+        <trio_maint.lowlevel.MaintenanceMachine.gauges>`, a read), and ``now`` is Trio's
+        clock reconstructed from ``time.perf_counter``."""
         found = []
         now = time.perf_counter() + self._offset
         for member in list(self._members.values()):
+            view = member.views.get(sink)
+            if view is None:
+                continue
             pool = member.client.pool
             stats = pool.stats()
             relaxed, handoffs = member.client.maintenance.machine.gauges(now)
             found.append(
                 PoolSnapshot(
-                    name=member.pool_name,
+                    name=view.base.pool,
                     idle=stats.idle,
                     used=stats.in_use,
                     max=pool.pool_size,
@@ -415,42 +432,49 @@ class ClientTelemetry:
             )
         return found
 
-    def cache_snapshots(self) -> list[CacheSnapshot]:
+    def cache_snapshots(self, sink: Sink) -> list[CacheSnapshot]:
         """The client-side caches of every observed client (``r.cache``; a cluster's
-        nodes' caches), their ``stats()`` read now. Any thread: ``stats()`` only reads
-        (its mapping of flushes is copied in one step) and changes nothing."""
+        nodes' caches), their ``stats()`` read now, labelled as ``sink``'s exporter
+        labels them. Any thread: ``stats()`` only reads (its mapping of flushes is copied
+        in one step) and changes nothing."""
         found = []
         for member in list(self._members.values()):
             cache = member.client.cache
-            if cache is not None:
-                found.append(CacheSnapshot(member.cache_attrs, cache.stats()))
+            view = member.views.get(sink)
+            if cache is not None and view is not None:
+                found.append(CacheSnapshot(view.cache_attrs, cache.stats()))
         return found
 
     # ------------------------------------------------------------- maintenance
 
     def maintenance_event(self, member: _Member, event: MaintenanceEvent) -> None:
         """A maintenance event of ``member``'s handler."""
-        self._emit(member, member.tracker.event(event))
+        for sink, view in list(member.views.items()):
+            self._emit(member, sink, view.tracker.event(event))
         self._reschedule()
 
-    def _emit(self, member: _Member, outputs: list[Output]) -> None:
-        if not outputs or not self._sinks:
-            return
+    def _emit(self, member: _Member, sink: Sink, outputs: list[Output]) -> None:
         try:
             for out in outputs:
-                for sink in self._sinks:
-                    if isinstance(out, Count):
-                        sink.add(out.metric, out.value, out.attributes)
-                    elif isinstance(out, Observe):
-                        sink.record(out.metric, out.value, out.attributes)
-                    else:
-                        when = time.time_ns() - round((trio.current_time() - out.time) * 1e9)
-                        sink.window(member, out, when)
+                if isinstance(out, Count):
+                    sink.add(out.metric, out.value, out.attributes)
+                elif isinstance(out, Observe):
+                    sink.record(out.metric, out.value, out.attributes)
+                else:
+                    when = time.time_ns() - round((trio.current_time() - out.time) * 1e9)
+                    sink.window(member, out, when)
         except Exception:
             self._failed()
 
     def _reschedule(self) -> None:
-        wake = min((m.tracker.next_deadline() for m in self._members.values()), default=math.inf)
+        wake = min(
+            (
+                view.tracker.next_deadline()
+                for member in self._members.values()
+                for view in member.views.values()
+            ),
+            default=math.inf,
+        )
         self._wake = wake
         if self._timer is not None:
             self._timer.deadline = wake
@@ -466,7 +490,8 @@ class ClientTelemetry:
                 now = trio.current_time()
                 if now >= self._wake:
                     for member in list(self._members.values()):
-                        self._emit(member, member.tracker.tick(now))
+                        for sink, view in list(member.views.items()):
+                            self._emit(member, sink, view.tracker.tick(now))
                     self._reschedule()
                     if self._wake <= now:  # never spin, whatever the trackers say
                         self._wake = now + 1.0
