@@ -21,7 +21,7 @@ from trio_maint._cli.cache_watch import StaleReadCheck, version_of
 from trio_maint._cli.demo import run_demo
 from trio_maint._cli.main import main
 from trio_maint._cli.report import DemoConfig, DemoReport
-from trio_maint._sansio.cache_machine import CacheMachine
+from trio_maint._sansio.cache import CacheStore
 from trio_maint.testing import free_port
 
 TIMEOUT = 90.0
@@ -92,9 +92,10 @@ def test_stale_read_check_follows_the_barriers() -> None:
 def test_the_check_catches_a_cache_that_ignores_invalidations(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The demo's check is not vacuous: with the cache's invalidations ignored (a mutant),
-    the demo reports stale reads and fails."""
-    monkeypatch.setattr(CacheMachine, "invalidation", lambda self, keys: [])
+    """The demo's check is not vacuous: with every invalidation ignored (a mutant store:
+    the server's, and the client's own for its writes), the demo reports stale reads and
+    fails."""
+    monkeypatch.setattr(CacheStore, "invalidate", lambda self, keys: 0)
     cfg = DemoConfig(speed=20, scenario="failover", cache=True, seed=5, mix=(80, 20, 0))
     report = run_bounded(cfg)
     assert report.cache is not None
