@@ -116,6 +116,20 @@ async def warm_up(r: trio_maint.Redis, count: int) -> None:
     assert len(r.pool.connections) == count
 
 
+def telemetry_tasks() -> list[str]:
+    """The names of the tasks of this run (system tasks included) that are telemetry's."""
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    found, stack = [], [root]
+    while stack:
+        task = stack.pop()
+        if "telemetry" in task.name:
+            found.append(task.name)
+        for nursery in task.child_nurseries:
+            stack.extend(nursery.child_tasks)
+    return found
+
+
 def observed(r: trio_maint.Redis) -> bool:
     """Whether ``r`` pays for an exporter: its observer, the pool's timed acquisition."""
     timed = "acquire_for_reply" in vars(r.pool)
@@ -346,8 +360,11 @@ async def test_a_window_open_at_close_ends_detached(
 
 
 async def test_cluster(redis_cluster: Any, otel: Otel) -> None:
+    other = MeterProvider()
     with trio.fail_after(TIMEOUT):
         async with trio_maint.open_redis_cluster(redis_cluster.url) as rc:
+            never_closed = trio_maint.otel.instrument(rc, meter_provider=other)
+            assert telemetry_tasks() == ["trio_maint telemetry timer"]
             with otel.instrument(rc):
                 for i in range(20):
                     await rc.set(f"key:{i}", i)
@@ -365,8 +382,12 @@ async def test_cluster(redis_cluster: Any, otel: Otel) -> None:
             assert pipeline.count == 1
             waits = otel.points("db.client.connection.wait_time")
             assert len(waits) >= len(ports)
-            assert rc._observer is None
-            assert all(node._observer is None for node in rc.nodes.values())
+            nodes = list(rc.nodes.values())
+    # The cluster closing closed the handle, and everything of it ended with the block.
+    assert never_closed.closed
+    assert rc._observer is None and all(node._observer is None for node in nodes)
+    assert telemetry_tasks() == []
+    other.shutdown()
 
 
 async def test_instrument_refuses_what_it_cannot_observe(r: trio_maint.Redis) -> None:

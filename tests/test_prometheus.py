@@ -5,6 +5,8 @@ redis-servers on loopback); two clients and two exporters at once; refused regis
 from __future__ import annotations
 
 import contextlib
+import gc
+import weakref
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -158,6 +160,61 @@ def exposed_series(registry: Any) -> list[tuple[str, tuple[tuple[str, str], ...]
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     ]
+
+
+def telemetry_tasks() -> list[str]:
+    """The names of the tasks of this run (system tasks included) that are telemetry's."""
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    found, stack = [], [root]
+    while stack:
+        task = stack.pop()
+        if "telemetry" in task.name:
+            found.append(task.name)
+        for nursery in task.child_nurseries:
+            stack.extend(nursery.child_tasks)
+    return found
+
+
+async def test_handles_never_closed_end_with_their_clients(backend: RedisServer) -> None:
+    # instrument() without `with` and without close(), on short-lived clients: each
+    # handle closes when its client does; no task outlives the client's block, and
+    # neither the registry nor the meter provider keeps a closed client reachable.
+    otel = pytest.importorskip("opentelemetry.sdk.metrics")
+    import trio_maint.otel
+
+    registry = prometheus_client.CollectorRegistry()
+    meters = otel.MeterProvider()
+    address = f"redis://:{PASSWORD}@127.0.0.1:{backend.port}/2"
+    scrape = Scrape(registry, f"127.0.0.1:{backend.port}/2", backend.port)
+    refs: list[weakref.ref[trio_maint.Redis]] = []
+    with trio.fail_after(TIMEOUT):
+        for _ in range(20):
+            async with trio_maint.open_redis(address) as r:
+                handle = trio_maint.prometheus.instrument(r, registry=registry)
+                trio_maint.otel.instrument(r, meter_provider=meters)  # the handle dropped
+                await r.ping()
+                assert telemetry_tasks() == ["trio_maint telemetry timer"]
+            assert telemetry_tasks() == []  # at once: it ended inside the block
+            assert handle.closed and observer(r) is None
+            handle.close()  # still idempotent
+            refs.append(weakref.ref(r))
+            del r, handle
+        # A client whose block is cancelled from outside closes its handle as well.
+        with trio.CancelScope() as outside:
+            async with trio_maint.open_redis(address) as r:
+                handle = trio_maint.prometheus.instrument(r, registry=registry)
+                await r.ping()
+                outside.cancel()
+                await trio.sleep_forever()
+        assert handle.closed and telemetry_tasks() == []
+        refs.append(weakref.ref(r))
+        del r, handle
+    gc.collect()
+    assert [ref for ref in refs if ref() is not None] == []
+    assert scrape.gauge("db_client_connection_max") is None
+    assert scrape.op("count", "PING") == 21  # what was recorded stays
+    meters.shutdown()
 
 
 async def test_two_pools_of_one_endpoint_are_one_series(backend: RedisServer) -> None:

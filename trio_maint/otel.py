@@ -217,11 +217,11 @@ def instrument(
     if any(isinstance(s, _Sink) and s.instruments is instruments for s in shell.sinks):
         raise RuntimeError(f"{client!r} is already instrumented with this meter provider")
     sink = _Sink(instruments, tracer, spans, window_spans)
-    shell.add_sink(sink)
     instruments.attached[sink] = shell
 
     def on_close() -> None:
         sink.close()
         instruments.attached.pop(sink, None)
 
-    return Instrumentation(client, shell, sink, on_close)
+    shell.add_sink(sink, on_close)
+    return Instrumentation(client, shell, sink)

@@ -200,10 +200,10 @@ def instrument(client: Client, *, registry: CollectorRegistry | None = None) -> 
     if any(isinstance(s, _Sink) and s.metrics is metrics for s in shell.sinks):
         raise RuntimeError(f"{client!r} is already instrumented on this registry")
     sink = _Sink(metrics)
-    shell.add_sink(sink)
     metrics.attached[sink] = shell
 
     def on_close() -> None:
         metrics.attached.pop(sink, None)
 
-    return Instrumentation(client, shell, sink, on_close)
+    shell.add_sink(sink, on_close)
+    return Instrumentation(client, shell, sink)

@@ -78,6 +78,9 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
         self._pubsubs: weakref.WeakSet[PubSub] = weakref.WeakSet()
         # An attached exporter (trio_maint.otel, trio_maint.prometheus), else None.
         self._observer: CommandObserver | None = None
+        # The nursery of open_redis(), else None: an exporter's task runs there, and its
+        # end (the client closing) detaches the exporter (trio_maint._telemetry.shell).
+        self._nursery: trio.Nursery | None = None
         #: The :class:`~trio_maint.ClientCache` (``stats()``, ``invalidate()``,
         #: ``clear()``, ``sync()``; docs/caching.md), or ``None`` when caching is off.
         self.cache: ClientCache | None = None
@@ -326,6 +329,7 @@ async def open_redis(
         async with trio.open_nursery() as nursery, handler.running():
             # ``handler.running()`` runs the HandoffManager's workers and the maintenance
             # timer (its own nursery, nested here).
+            client._nursery = nursery
             nursery.start_soon(timer.run)
             if client.cache is not None:
                 nursery.start_soon(client.cache.run)

@@ -3,7 +3,6 @@ return: :class:`Instrumentation`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -22,30 +21,27 @@ class Instrumentation:
     gauges are no longer reported, and counters keep their last values. Once no exporter
     is attached, the client's command path is back to its single ``is None`` check.
 
+    The client closing (the end of its ``async with`` block) closes the handle too:
+    nothing of the exporter outlives the client, and the exporter (its meter provider or
+    registry) no longer refers to it.
+
     :ivar client: the instrumented :class:`~trio_maint.Redis` or
         :class:`~trio_maint.RedisCluster`.
     """
 
-    def __init__(
-        self, client: Client, shell: ClientTelemetry, sink: Sink, on_close: Callable[[], None]
-    ) -> None:
+    def __init__(self, client: Client, shell: ClientTelemetry, sink: Sink) -> None:
         self.client = client
         self._shell = shell
         self._sink = sink
-        self._on_close: Callable[[], None] | None = on_close
 
     @property
     def closed(self) -> bool:
-        """``True`` once :meth:`close` ran (``bool``)."""
-        return self._on_close is None
+        """``True`` once :meth:`close` ran or the client closed (``bool``)."""
+        return not self._shell.attached(self._sink)
 
     def close(self) -> None:
         """Detach; idempotent, never raises for a closed client."""
-        on_close, self._on_close = self._on_close, None
-        if on_close is None:
-            return
         self._shell.remove_sink(self._sink)
-        on_close()
 
     def __enter__(self) -> Self:
         return self

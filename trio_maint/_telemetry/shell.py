@@ -2,11 +2,17 @@
 
 It is the client's ``_observer`` (:class:`~trio_maint._client.observe.CommandObserver`),
 each pool's :class:`~trio_maint._net.pool.PoolObserver` and a
-:class:`~trio_maint.NotificationHook` on each maintenance handler, and it owns one Trio
-system task, the timer that closes maintenance windows. What to record is decided in
-:mod:`trio_maint._sansio.telemetry` and :mod:`~trio_maint._sansio.telemetry_window`; the
-records go to every :class:`Sink` attached (one per exporter: a client may be exported
-through OpenTelemetry and Prometheus at once), each labelled by that exporter's
+:class:`~trio_maint.NotificationHook` on each maintenance handler, and it owns one task in
+the client's nursery, the timer that closes maintenance windows. It lives as long as an
+exporter is attached and the client is open: when the client closes, its nursery ends the
+timer, and every exporter's handle is closed then (:meth:`ClientTelemetry.client_closed`),
+so that nothing outlives the client's ``async with`` block and no exporter keeps a closed
+client reachable.
+
+What to record is decided in :mod:`trio_maint._sansio.telemetry` and
+:mod:`~trio_maint._sansio.telemetry_window`; the records go to every :class:`Sink`
+attached (one per exporter: a client may be exported through OpenTelemetry and
+Prometheus at once), each labelled by that exporter's
 :class:`~trio_maint._sansio.telemetry.OperationLabels` (its bound on endpoints holds for
 every client it exports). Gauges are read when an exporter collects, possibly from
 another thread (:meth:`ClientTelemetry.snapshots`, and
@@ -18,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 import trio
@@ -163,6 +169,7 @@ class ClientTelemetry:
     def __init__(self, client: Client) -> None:
         self.client = client
         self._sinks: tuple[Sink, ...] = ()
+        self._closers: dict[Sink, Callable[[], None]] = {}  # the exporter's part of close
         self._members: dict[Redis, _Member] = {}
         self._pools: dict[ConnectionPool, _Member] = {}
         self._offset = trio.current_time() - time.perf_counter()
@@ -207,7 +214,11 @@ class ClientTelemetry:
                 self.node_started(node)
         else:
             self.node_started(client)
-        trio.lowlevel.spawn_system_task(self._run_timer, name="trio_maint telemetry timer")
+        name = "trio_maint telemetry timer"
+        if client._nursery is not None:  # ends with the client at the latest
+            client._nursery.start_soon(self._run_timer, name=name)
+        else:  # a Redis made without open_redis(): nothing closes it
+            trio.lowlevel.spawn_system_task(self._run_timer, name=name)
 
     def node_started(self, client: Redis) -> None:
         """Observe ``client`` (the instrumented client, or a cluster node)."""
@@ -246,24 +257,41 @@ class ClientTelemetry:
         """The sinks attached (a ``tuple``)."""
         return self._sinks
 
-    def add_sink(self, sink: Sink) -> None:
-        """Send records to ``sink`` too (labelled by its :attr:`Sink.labels`)."""
+    def add_sink(self, sink: Sink, on_close: Callable[[], None]) -> None:
+        """Send records to ``sink`` too (labelled by its :attr:`Sink.labels`) until
+        :meth:`remove_sink`, or until the client closes; either calls ``on_close`` (the
+        exporter forgets the client there)."""
         for member in self._members.values():
             member.view(sink)
+        self._closers[sink] = on_close
         self._sinks = (*self._sinks, sink)
+
+    def attached(self, sink: Sink) -> bool:
+        """Whether records still go to ``sink``."""
+        return sink in self._closers
 
     def remove_sink(self, sink: Sink) -> None:
         """Stop sending to ``sink`` (its open maintenance windows end, reason
-        ``"detached"``); the last one removed detaches from the client."""
-        if self.closed:
-            return
-        if not any(s is sink for s in self._sinks):
+        ``"detached"``) and call its ``on_close``; the last one removed detaches from the
+        client. Idempotent."""
+        on_close = self._closers.pop(sink, None)
+        if on_close is None:
             return
         for member in list(self._members.values()):
             self._close_view(member, sink)
         self._sinks = tuple(s for s in self._sinks if s is not sink)
         if not self._sinks:
             self._detach()
+        try:
+            on_close()
+        except Exception:
+            self._failed()
+
+    def client_closed(self) -> None:
+        """The client is closing (its nursery was cancelled: :meth:`_run_timer`): every
+        sink is removed, as if each handle were closed."""
+        for sink in self._sinks:
+            self.remove_sink(sink)
 
     def _detach(self) -> None:
         for client in list(self._members):
@@ -480,18 +508,24 @@ class ClientTelemetry:
             self._timer.deadline = wake
 
     async def _run_timer(self) -> None:
-        """The system task that closes windows when their time runs out."""
-        with self._running:
-            while True:
-                with trio.CancelScope(deadline=self._wake) as scope:
-                    self._timer = scope
-                    await trio.sleep_forever()
-                self._timer = None
-                now = trio.current_time()
-                if now >= self._wake:
-                    for member in list(self._members.values()):
-                        for sink, view in list(member.views.items()):
-                            self._emit(member, sink, view.tracker.tick(now))
-                    self._reschedule()
-                    if self._wake <= now:  # never spin, whatever the trackers say
-                        self._wake = now + 1.0
+        """The task that closes windows when their time runs out, in the client's
+        nursery. It ends when the shell detaches, or when the client closes (its nursery
+        is cancelled): then the shell detaches (:meth:`client_closed`)."""
+        try:
+            with self._running:
+                while True:
+                    with trio.CancelScope(deadline=self._wake) as scope:
+                        self._timer = scope
+                        await trio.sleep_forever()
+                    self._timer = None
+                    now = trio.current_time()
+                    if now >= self._wake:
+                        for member in list(self._members.values()):
+                            for sink, view in list(member.views.items()):
+                                self._emit(member, sink, view.tracker.tick(now))
+                        self._reschedule()
+                        if self._wake <= now:  # never spin, whatever the trackers say
+                            self._wake = now + 1.0
+        finally:
+            if not self.closed:  # not detached: the client's nursery is ending
+                self.client_closed()
