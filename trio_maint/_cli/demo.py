@@ -515,9 +515,8 @@ async def _drive(
             endpoint_type=cfg.endpoint_type, post_handoff_relaxed_duration=cfg.post_handoff_relaxed
         )
         cache = CacheConfig() if cfg.cache else None
-        async with (
-            open_redis(sim_a.url, pool_size=cfg.pool_size, maintenance=config, cache=cache) as r,
-        ):
+        client = open_redis(sim_a.url, pool_size=cfg.pool_size, maintenance=config, cache=cache)
+        async with client as r:
             handler = r.maintenance
             assert handler is not None
             demo.client = r

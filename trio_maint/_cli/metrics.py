@@ -75,7 +75,8 @@ def serve_metrics(port: int) -> Iterator[MetricsServer]:
         raise DemoError(f"cannot serve metrics on port {port}: {exc.strerror or exc}") from None
     httpd: Any = started[0]  # a ThreadingWSGIServer (typed as its base)
     thread = started[1]
-    # server_close() then joins the request threads too (they are daemons otherwise),
+    # server_close() then joins the request threads too (prometheus_client makes them
+    # daemons, which older Pythons do not join),
     # each bounded: a connection that sends nothing is dropped after REQUEST_TIMEOUT.
     httpd.daemon_threads = False
     httpd.block_on_close = True
