@@ -330,3 +330,27 @@ def test_metrics_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> 
         assert main_bounded(["demo", "--speed", "20", "--metrics-port", str(port)]) == 1
     err = capsys.readouterr().err
     assert err == f"trio-maint: error: port {port} is in use (choose another with --metrics-port)\n"
+
+
+def test_a_silent_scrape_does_not_hold_the_demo(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A connection to the metrics port that sends nothing is dropped after
+    REQUEST_TIMEOUT (quietly: a DEBUG record), so the server's shutdown, which joins its
+    request threads, stays bounded."""
+    pytest.importorskip("prometheus_client")
+    import time
+
+    from trio_maint._cli import metrics
+
+    monkeypatch.setattr(metrics, "REQUEST_TIMEOUT", 0.3)
+    with metrics.serve_metrics(0) as server:
+        silent = socket.create_connection(("127.0.0.1", port_of(server.url)))
+        with urllib.request.urlopen(server.url, timeout=5) as response:
+            assert b"# HELP" not in response.read()  # nothing instrumented on it
+        started = time.monotonic()
+    # the shutdown waited for the silent connection's thread, at most REQUEST_TIMEOUT
+    silent.close()
+    assert time.monotonic() - started < 3
+    assert server_threads() == []
+    assert capsys.readouterr().err == ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
 __all__ = ["REQUEST_TIMEOUT", "MetricsServer", "instrumented", "metrics_hint", "serve_metrics"]
+
+logger = logging.getLogger("trio_maint.cli")
 
 #: Seconds a scrape's connection may stay silent before it is dropped (``float``).
 REQUEST_TIMEOUT = 5.0
@@ -82,12 +85,18 @@ def serve_metrics(port: int) -> Iterator[MetricsServer]:
     httpd.block_on_close = True
     handler = httpd.RequestHandlerClass
     httpd.RequestHandlerClass = type("TimedHandler", (handler,), {"timeout": REQUEST_TIMEOUT})
+    httpd.handle_error = _request_failed  # a log record, not a traceback on stderr
     try:
         yield MetricsServer(registry, f"http://127.0.0.1:{httpd.server_port}/metrics")
     finally:
         httpd.shutdown()  # serve_forever returns (within its 0.5 s poll)
         httpd.server_close()
         thread.join()
+
+
+def _request_failed(request: object, client_address: tuple[str, int]) -> None:
+    """A scrape that failed (timed out, reset): logged at DEBUG."""
+    logger.debug("metrics request from %s:%s failed", *client_address[:2], exc_info=True)
 
 
 @contextlib.asynccontextmanager
