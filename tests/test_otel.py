@@ -359,6 +359,30 @@ async def test_a_window_open_at_close_ends_detached(
             assert window.attributes["redis.client.maintenance.window.closed_by"] == "detached"
 
 
+async def test_a_window_open_when_the_client_closes_ends_with_it(
+    sim_a: MaintenanceSimulator, otel: Otel
+) -> None:
+    # The handle is never closed: the client closing ends the window's span at once
+    # (not at the backstop, 10 x relaxed_timeout later), saying why.
+    config = MaintConfig(relaxed_timeout=5.0)
+    with trio.fail_after(TIMEOUT):
+        async with trio_maint.open_redis(sim_a.url, maintenance=config) as r:
+            await r.ping()
+            otel.instrument(r)
+            await sim_a.inject_migrating()
+            await r.ping()
+            await wait_for(lambda: r.maintenance.state.relaxed_connections == 1)
+            assert otel.spans("redis maintenance") == []
+            closing = trio.current_time()
+        [window] = otel.spans("redis maintenance")
+        assert trio.current_time() - closing < 1.0
+    assert window.attributes is not None
+    assert window.attributes["redis.client.maintenance.window.closed_by"] == "client_closed"
+    assert window.status.status_code is StatusCode.UNSET
+    [length] = otel.points("redis.client.maintenance.window.duration")
+    assert length.count == 1 and length.sum < 1.0
+
+
 async def test_cluster(redis_cluster: Any, otel: Otel) -> None:
     other = MeterProvider()
     with trio.fail_after(TIMEOUT):

@@ -331,6 +331,17 @@ def test_detach_ends_the_window_and_other_events() -> None:
     assert tel.close(5.0) == []
 
 
+def test_a_window_open_when_the_client_closes_ends_client_closed() -> None:
+    tel = MaintenanceTelemetry(SERVER, POOL, backstop=100.0)
+    tel.event(received(1, Migrating(1), 2.0))
+    out = tel.close(3.0, "client_closed")
+    [closed] = [o for o in out if isinstance(o, WindowClosed)]
+    assert closed.reason == "client_closed" and closed.time == 3.0
+    assert closed.attributes["redis.client.maintenance.window.closed_by"] == "client_closed"
+    [length] = [o for o in out if isinstance(o, Observe)]
+    assert length.metric is WINDOW_DURATION and length.value == 1.0
+
+
 def test_relaxed_at_reads_what_is_relaxed_answers() -> None:
     timeouts = RelaxedTimeouts(10.0, backstop=5.0)
     timeouts.open_window(0.0)

@@ -47,7 +47,7 @@ from ._sansio.telemetry import (
     pool_observations,
 )
 from ._sansio.telemetry_cache import cache_observations
-from ._sansio.telemetry_window import WindowClosed, WindowEvent, WindowOpened
+from ._sansio.telemetry_window import DETACHED, WindowClosed, WindowEvent, WindowOpened
 from ._telemetry.handle import Instrumentation
 from ._telemetry.shell import Client, ClientTelemetry
 
@@ -171,7 +171,7 @@ class _Sink:
         exporter keeps the client instrumented)."""
         windows, self.windows = self.windows, {}
         for span in windows.values():
-            span.set_attribute("redis.client.maintenance.window.closed_by", "detached")
+            span.set_attribute("redis.client.maintenance.window.closed_by", DETACHED)
             span.end()
 
 

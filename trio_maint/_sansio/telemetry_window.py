@@ -67,6 +67,8 @@ from .telemetry import (
 )
 
 __all__ = [
+    "CLIENT_CLOSED",
+    "DETACHED",
     "Count",
     "MaintenanceTelemetry",
     "Observe",
@@ -96,6 +98,10 @@ REASON: Final = "redis.client.maintenance.reason"
 ERROR: Final = "redis.client.maintenance.error"
 OLD_STATE: Final = "redis.client.circuit_breaker.old_state"
 _CLOSING = (Migrated, FailedOver, SMigrated)
+#: ``redis.client.maintenance.window.closed_by`` of a window open when its exporter
+#: detached (the handle was closed) / when its client closed.
+DETACHED: Final = "detached"
+CLIENT_CLOSED: Final = "client_closed"
 
 
 @attrs.frozen
@@ -142,7 +148,8 @@ class WindowEvent:
 class WindowClosed:
     """The window closed at ``time``; ``reason`` says what closed it last
     (``"MIGRATED"``, ``"FAILED_OVER"``, ``"SMIGRATED"``, ``"moving_time"``,
-    ``"handoffs"``, ``"backstop"``, ``"detached"``); ``attributes`` sum it up."""
+    ``"handoffs"``, ``"backstop"``, or :meth:`MaintenanceTelemetry.close`'s
+    ``"detached"`` and ``"client_closed"``); ``attributes`` sum it up."""
 
     time: float
     reason: str
@@ -317,11 +324,13 @@ class MaintenanceTelemetry:
             end, reason = self._moving_until, "moving_time"
         self._finish(end, reason or "moving_time", out)
 
-    def close(self, now: float) -> list[Output]:
-        """The exporter detaches at ``now``: an open window ends, ``reason`` ``"detached"``."""
+    def close(self, now: float, reason: str = DETACHED) -> list[Output]:
+        """The exporter stops observing at ``now``: an open window ends there, with
+        ``reason`` :data:`DETACHED` (the exporter detached) or :data:`CLIENT_CLOSED` (the
+        client closed)."""
         out = self.tick(now)
         if self._opened is not None:
-            self._finish(now, "detached", out)
+            self._finish(now, reason, out)
         return out
 
     def _finish(self, end: float, reason: str, out: list[Output]) -> None:

@@ -23,7 +23,8 @@ class Instrumentation:
 
     The client closing (the end of its ``async with`` block) closes the handle too:
     nothing of the exporter outlives the client, and the exporter (its meter provider or
-    registry) no longer refers to it.
+    registry) no longer refers to it; windows open then end with ``closed_by =
+    "client_closed"``.
 
     :ivar client: the instrumented :class:`~trio_maint.Redis` or
         :class:`~trio_maint.RedisCluster`.

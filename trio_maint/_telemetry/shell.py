@@ -55,6 +55,8 @@ from .._sansio.telemetry import (
 )
 from .._sansio.telemetry_cache import CacheSnapshot, cache_attributes
 from .._sansio.telemetry_window import (
+    CLIENT_CLOSED,
+    DETACHED,
     Count,
     MaintenanceTelemetry,
     Observe,
@@ -243,14 +245,17 @@ class ClientTelemetry:
             client._observer = None
         client.pool.observe(None)
         client.maintenance.remove_hook(member)
+        reason = CLIENT_CLOSED if self.client.closed else DETACHED
         for sink in list(member.views):
-            self._close_view(member, sink)
+            self._close_view(member, sink, reason)
 
-    def _close_view(self, member: _Member, sink: Sink) -> None:
-        """Stop reporting ``member`` to ``sink``; its open window ends there."""
+    def _close_view(self, member: _Member, sink: Sink, reason: str) -> None:
+        """Stop reporting ``member`` to ``sink``; its open window ends there (``reason``:
+        :data:`DETACHED`, :data:`CLIENT_CLOSED`)."""
         view = member.views.pop(sink, None)
         if view is not None and trio.lowlevel.in_trio_run():  # else the exporter ends its
-            self._emit(member, sink, view.tracker.close(trio.current_time()))  # spans itself
+            now = trio.current_time()  # spans itself
+            self._emit(member, sink, view.tracker.close(now, reason))
 
     @property
     def sinks(self) -> tuple[Sink, ...]:
@@ -270,15 +275,15 @@ class ClientTelemetry:
         """Whether records still go to ``sink``."""
         return sink in self._closers
 
-    def remove_sink(self, sink: Sink) -> None:
-        """Stop sending to ``sink`` (its open maintenance windows end, reason
-        ``"detached"``) and call its ``on_close``; the last one removed detaches from the
-        client. Idempotent."""
+    def remove_sink(self, sink: Sink, reason: str = DETACHED) -> None:
+        """Stop sending to ``sink`` (its open maintenance windows end, ``reason``
+        :data:`DETACHED`, or :data:`CLIENT_CLOSED` when the client closes) and call its
+        ``on_close``; the last one removed detaches from the client. Idempotent."""
         on_close = self._closers.pop(sink, None)
         if on_close is None:
             return
         for member in list(self._members.values()):
-            self._close_view(member, sink)
+            self._close_view(member, sink, reason)
         self._sinks = tuple(s for s in self._sinks if s is not sink)
         if not self._sinks:
             self._detach()
@@ -289,9 +294,10 @@ class ClientTelemetry:
 
     def client_closed(self) -> None:
         """The client is closing (its nursery was cancelled: :meth:`_run_timer`): every
-        sink is removed, as if each handle were closed."""
+        sink is removed, as if each handle were closed; open maintenance windows end
+        there, reason :data:`CLIENT_CLOSED`."""
         for sink in self._sinks:
-            self.remove_sink(sink)
+            self.remove_sink(sink, CLIENT_CLOSED)
 
     def _detach(self) -> None:
         for client in list(self._members):
