@@ -166,7 +166,7 @@ class _Member:
 
 class ClientTelemetry:
     """The instrumentation of one client; get it with :meth:`of`. Detaches itself when
-    its last sink is removed."""
+    its last sink is removed, and removes every sink when the client closes."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
