@@ -8,7 +8,8 @@ checks it."""
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import pytest
 import trio
@@ -143,3 +144,87 @@ async def test_coherent_through_a_slot_migration(
     assert wrong == []
     assert hits > len(rec.reads) / 4
     assert rc.redirections["moved"] > 0
+
+
+@contextmanager
+def unread(*caches: trio_maint.ClientCache) -> Iterator[None]:
+    """The caches' tracking sockets are not read, as if their bytes were late: a write's
+    invalidation sent by the server stays there until the block ends."""
+    for cache in caches:
+        setattr(cache, "_drain", lambda tracker: True)  # noqa: B010
+    try:
+        yield
+    finally:
+        for cache in caches:
+            delattr(cache, "_drain")
+
+
+async def own_writes(rc: trio_maint.RedisCluster, form: str) -> None:
+    if form == "set":
+        await rc.set("{ow}a", "v2")
+        await rc.set("{ow2}b", "v2")
+    else:
+        async with rc.pipeline(transaction=form == "transaction") as pipe:
+            if form == "transaction":
+                await pipe.set("{ow}a", "v2").incr("{ow}n").execute()
+                await rc.set("{ow2}b", "v2")
+            else:
+                await pipe.set("{ow}a", "v2").set("{ow2}b", "v2").execute()
+
+
+def cache_of(rc: trio_maint.RedisCluster, key: str) -> trio_maint.ClientCache:
+    cache = rc.nodes[rc.node_for_key(key)].cache
+    assert cache is not None
+    return cache
+
+
+async def holding(rc: trio_maint.RedisCluster, names: list[str]) -> None:
+    """Read ``names`` until the cache of each one's node holds it (a node's client and
+    its tracking connection start with the first command routed there)."""
+
+    def held(key: str) -> bool:
+        client = rc.nodes.get(rc.node_for_key(key))
+        cache = None if client is None else client.cache
+        return cache is not None and ("GET", key.encode()) in cache.machine.store
+
+    while not all(held(k) for k in names):
+        for key in names:
+            await rc.get(key)
+        await trio.sleep(0.01)
+
+
+@pytest.mark.parametrize("form", ["set", "pipeline", "transaction"])
+async def test_own_writes_are_read_back(
+    redis_cluster: LocalCluster, writer: trio_maint.RedisCluster, form: str
+) -> None:
+    """Read-your-own-writes: an acknowledged write of this client removed its key's entry
+    from the cache of its slot's master, although the server's invalidation has not been
+    read yet."""
+    names = ["{ow}a", "{ow2}b"]
+    assert len({redis_cluster.master_of_slot(key_slot(k)).port for k in names}) == 2
+    for key in names:
+        await writer.set(key, "v1")
+    async with trio_maint.open_redis_cluster(redis_cluster.url, cache=CacheConfig()) as rc:
+        with trio.fail_after(10):
+            await holding(rc, names)
+            with unread(*caches(rc)):
+                await own_writes(rc, form)
+                for key in names:
+                    assert ("GET", key.encode()) not in cache_of(rc, key).machine.store
+            for key in names:
+                assert await rc.get(key) == b"v2"
+
+
+async def test_own_write_without_keys_flushes_every_node(
+    redis_cluster: LocalCluster, writer: trio_maint.RedisCluster
+) -> None:
+    for key in KEYS:
+        await writer.set(key, 1)
+    async with trio_maint.open_redis_cluster(redis_cluster.url, cache=CacheConfig()) as rc:
+        with trio.fail_after(10):
+            await holding(rc, KEYS)
+            assert len(caches(rc)) >= 2
+            await rc.eval("return 1", 0)  # may write any key of its node
+            for cache in caches(rc):
+                stats = cache.stats()
+                assert stats.entries == 0 and stats.flushes.get("own_write") == 1

@@ -46,6 +46,7 @@ from .._sansio.cache_machine import (
     Flushed,
     Verify,
 )
+from .._sansio.cache_writes import OwnWrite
 from .._sansio.encode import encode_command
 from .._sansio.errors import ConnectionClosedError, DataError, RedisError
 from .._sansio.errors import ConnectionError as RedisConnectionError
@@ -139,6 +140,15 @@ class ClientCache:
     def clear(self) -> int:
         """Remove every entry (counted as a ``clear`` flush). :returns: how many (``int``)."""
         return self.machine.clear()
+
+    def invalidate_write(self, write: OwnWrite) -> None:
+        """Read-your-own-writes (docs/caching.md): this client sends a command that may
+        change ``write``'s keys (:func:`~trio_maint._sansio.cache_writes.own_write`); called
+        before it is sent (reads of them in flight are not stored) and again once its
+        reply came or it failed (what a read stored meanwhile is gone before the caller
+        learns the write was acknowledged). Their entries are removed, or everything is
+        flushed when its keys cannot be known."""
+        self._carry_out(self.machine.own_write(write))
 
     async def sync(self) -> bool:
         """Wait until every invalidation the server sent this client before the call has

@@ -11,6 +11,7 @@ import trio
 
 from .._net.connection import Connection
 from .._sansio.blocking import TimeUnit, command_timeout, pipeline_reply_timeout, reply_timeout
+from .._sansio.cache_writes import own_write, own_writes
 from .._sansio.cmds import KeyT, PipelineCommands
 from .._sansio.errors import (
     ConnectionClosedError,
@@ -218,7 +219,18 @@ class Pipeline(PipelineScripting, PipelineCommands):
         conn = await self._connection()
         seconds = command_timeout(args)
         wait = UNSET if seconds is None else reply_timeout(seconds, conn.options.socket_timeout)
-        reply = await conn.execute(args, timeout=wait)
+        cache = self._client.cache
+        if cache is None:
+            reply = await conn.execute(args, timeout=wait)
+        else:  # read-your-own-writes (docs/caching.md)
+            write = own_write(args)
+            if write is not None:
+                cache.invalidate_write(write)
+            try:
+                reply = await conn.execute(args, timeout=wait)
+            finally:
+                if write is not None:
+                    cache.invalidate_write(write)
         if isinstance(reply, RedisError):
             raise reply
         return reply
@@ -269,6 +281,12 @@ class Pipeline(PipelineScripting, PipelineCommands):
             if not (self.transaction or self._explicit_multi):
                 socket_timeout = self._client.options.socket_timeout
                 self._reply_wait = pipeline_reply_timeout([a for a, _ in stack], socket_timeout)
+        write = None
+        cache = self._client.cache
+        if cache is not None:  # read-your-own-writes (docs/caching.md): what the commands
+            write = own_writes([a for a, _ in stack])  # change, before the send and after
+            if write is not None:
+                cache.invalidate_write(write)
         try:
             if not stack and not self.watching:
                 await trio.lowlevel.checkpoint()
@@ -278,6 +296,8 @@ class Pipeline(PipelineScripting, PipelineCommands):
                 return await self._execute_transaction(first_calls_as_eval(stack), raise_on_error)
             return await self._execute_pipeline(stack, raise_on_error)
         finally:
+            if write is not None and cache is not None:
+                cache.invalidate_write(write)
             await self.reset()
 
     async def _observed_execute(self, observer: CommandObserver, raise_on_error: bool) -> list[Any]:

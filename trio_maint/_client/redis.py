@@ -16,6 +16,7 @@ from .._net.groups import unwrap_group
 from .._net.pool import ConnectionPool
 from .._net.timer import ReplyTimer
 from .._sansio.blocking import TimeUnit, command_timeout, reply_timeout
+from .._sansio.cache_writes import own_write
 from .._sansio.cmds import ClientCommands, KeyT
 from .._sansio.config import MaintConfig
 from .._sansio.errors import ConnectionError, RedisError, WatchError, check_command
@@ -127,6 +128,15 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
             reply = await cache.command(args, timeout)
             if reply is not BYPASS:
                 return reply if callback is None else apply_callback(callback, reply, args)
+            write = own_write(args)
+            if write is not None:  # read-your-own-writes: invalidated when sent and done
+                cache.invalidate_write(write)
+                try:
+                    reply = await self._pooled(args, timeout)
+                finally:
+                    cache.invalidate_write(write)
+                return reply if callback is None else apply_callback(callback, reply, args)
+        # As _pooled, inline: no extra coroutine on the path of every command.
         pool = self.pool
         conn = await pool.acquire_for_reply()
         try:
@@ -140,6 +150,25 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
         if isinstance(reply, RedisError):
             reply = await self._retry(args, timeout, reply, conn)
         return reply if callback is None else apply_callback(callback, reply, args)
+
+    async def _pooled(
+        self, args: tuple[CommandArg, ...], timeout: float | Literal[Unset.UNSET] | None
+    ) -> Any:
+        """Send ``args`` through the pool (retried as the class docs say) and return its
+        reply (error replies raised)."""
+        pool = self.pool
+        conn = await pool.acquire_for_reply()
+        try:
+            reply = await conn.execute(args, timeout=timeout)
+        except ConnectionError as exc:
+            if exc.written:
+                raise
+            reply = exc
+        finally:
+            pool.release(conn)
+        if isinstance(reply, RedisError):
+            reply = await self._retry(args, timeout, reply, conn)
+        return reply
 
     async def _retry(
         self,

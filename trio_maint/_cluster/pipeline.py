@@ -42,6 +42,7 @@ from .._sansio.retry import (
 )
 from .._sansio.scripts import first_calls_as_eval
 from .._sansio.unset import UNSET, Unset
+from .cache import write_begin, write_end
 from .node import Node
 from .redirects import COUNTER_NAMES, final_error, target_node
 
@@ -157,15 +158,24 @@ class ClusterPipeline(PipelineScripting, PipelineCommands):
                 slots.append(cluster._slot_of(args))
             except KeyError:
                 slots.append(await cluster._slot_of_unknown(args))
-        if self.transaction:
-            # Each script's first call as EVAL: no NOSCRIPT inside EXEC (script.py).
-            replies = await self._execute_transaction(first_calls_as_eval(stack), slots)
-        else:
-            replies = await self._execute_pipeline(stack, slots)
-            if NoScriptError in map(type, replies):  # resent as EVAL, per node (script.py)
-                replies = await resend_noscript(
-                    stack, replies, lambda i, s: self._execute_pipeline(s, [slots[x] for x in i])
-                )
+        write = None
+        if cluster.options.cache is not None:  # read-your-own-writes (docs/caching.md)
+            write = write_begin(cluster, zip([args for args, _cb in stack], slots, strict=True))
+        try:
+            if self.transaction:
+                # Each script's first call as EVAL: no NOSCRIPT inside EXEC (script.py).
+                replies = await self._execute_transaction(first_calls_as_eval(stack), slots)
+            else:
+                replies = await self._execute_pipeline(stack, slots)
+                if NoScriptError in map(type, replies):  # resent as EVAL, per node (script.py)
+                    replies = await resend_noscript(
+                        stack,
+                        replies,
+                        lambda i, s: self._execute_pipeline(s, [slots[x] for x in i]),
+                    )
+        finally:
+            if write is not None:
+                write_end(cluster, write)
         results = [
             r if isinstance(r, RedisError) or cb is None else apply_callback(cb, r, args)
             for r, (args, cb) in zip(replies, stack, strict=True)

@@ -124,12 +124,14 @@ class CacheStats:
       caching was suspended (a maintenance window, tracking being re-established).
     * ``evictions``: entries evicted for ``max_size`` or ``max_bytes`` (least recently
       used first); ``expirations``: entries dropped because their TTL ran out.
-    * ``invalidations``: entries removed by the server's invalidation messages and by
+    * ``invalidations``: entries removed by the server's invalidation messages, by this
+      client's own writes (docs/caching.md, rule 4) and by
       :meth:`~trio_maint.ClientCache.invalidate`.
     * ``flushes``: ``Mapping[str, int]``, the number of flushes by cause (see
       docs/caching.md: ``tracking_lost``, ``moving``, ``migrating``, ``migrated``,
       ``failing_over``, ``failed_over``, ``slot_moved``, ``server_changed``,
-      ``server_flush``, ``clear``, ...); ``flushed``: entries removed by them.
+      ``server_flush``, ``own_write``, ``clear``, ...); ``flushed``: entries removed by
+      them.
     * ``entries``: entries held now; ``bytes``: their size (``entry_size``: the key's
       and the reply's bytes plus a fixed overhead).
     """

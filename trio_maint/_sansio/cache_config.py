@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_MAX_SIZE",
     "NOT_CACHED",
     "CacheConfig",
+    "arg_bytes",
     "cacheable_commands",
 ]
 
@@ -90,7 +91,10 @@ _SPELLINGS: Final = {
 CacheKey = tuple[Any, ...]
 
 
-def _arg_bytes(arg: Any) -> bytes | None:
+def arg_bytes(arg: Any) -> bytes | None:
+    """An argument as the cache compares it (``bytes``: ``str`` UTF-8 encoded, ``int`` in
+    decimal, ``float`` by ``repr``), or ``None`` for a type the encoder refuses (and a
+    ``str`` that does not encode)."""
     cls = arg.__class__
     if cls is bytes:
         return arg  # type: ignore[no-any-return]
@@ -131,7 +135,7 @@ def cache_request(
         return None
     parts: list[Any] = [name]
     for arg in args[1:]:
-        encoded = _arg_bytes(arg)
+        encoded = arg_bytes(arg)
         if encoded is None:
             return None
         parts.append(encoded)

@@ -28,6 +28,9 @@ SMIGRATED (cluster)                     flush the entries of the slots it lists
 invalidation of keys                    remove their entries; spoil their reads in
                                         flight (:class:`~.cache.CacheStore`)
 invalidation with a null key list       flush all (``server_flush``)
+this client's own write (sent, and      remove its keys' entries; spoil their reads
+again when its reply came)              in flight; flush all (``own_write``) when its
+                                        keys cannot be known (``FLUSHDB``, ...)
 every ``health_check_interval``         check the connection (``Verify``)
 ``CLIENT TRACKING`` refused             caching off for the client (``DISABLED``)
 ======================================  =============================================
@@ -43,6 +46,7 @@ import attrs
 
 from .cache import CacheStats, CacheStore, ReadTicket
 from .cache_config import CacheConfig, CacheKey
+from .cache_writes import OwnWrite
 from .notifications import (
     FailedOver,
     FailingOver,
@@ -377,6 +381,23 @@ class CacheMachine:
         return actions
 
     # ------------------------------------------------------------------ the user
+
+    def own_write(self, write: OwnWrite) -> list[CacheAction]:
+        """This client is about to send a command that may change ``write.keys`` (see
+        :func:`~trio_maint._sansio.cache_writes.own_write`), or that command's reply (or
+        failure) came: remove their entries and spoil their reads in flight (counted as
+        ``invalidations``); when the keys cannot be known (``None``), flush everything
+        (``own_write``) if there is anything to flush. The shell calls it at both
+        moments: before the send, reads in flight cannot store the older value; after
+        the reply, an entry a read stored meanwhile is gone, so a read that starts once
+        the write is acknowledged misses (or finds a newer value)."""
+        keys = write.keys
+        if keys is None:
+            if len(self.store) or self.store.reads_in_flight():
+                return self._flush("own_write", [])
+            return []
+        self.store.invalidate(keys)
+        return []
 
     def invalidate_keys(self, keys: Sequence[bytes]) -> int:
         """:meth:`~trio_maint.ClientCache.invalidate`: remove the entries of ``keys``."""

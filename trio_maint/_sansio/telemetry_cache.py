@@ -69,6 +69,7 @@ FLUSH_CAUSES: Final = frozenset(
         "migrated",
         "migrating",
         "moving",
+        "own_write",
         "replaced",
         "server_changed",
         "server_flush",
