@@ -12,7 +12,8 @@ import trio
 
 
 class DelayProxy:
-    """Forward ``127.0.0.1:port`` to ``127.0.0.1:target_port``.
+    """Forward ``127.0.0.1:port`` to ``127.0.0.1:target_port``. The delays may be
+    changed while it runs (they apply to the bytes read from then on).
 
     :param tracking_down: seconds added to what the server sends on the tracking
         connection (from the chunk holding ``CLIENT TRACKING`` on).
@@ -26,6 +27,7 @@ class DelayProxy:
         self.tracking_down = tracking_down
         self.pooled_up = pooled_up
         self.port = 0
+        self._tracking: list[trio.SocketStream] = []
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -40,8 +42,9 @@ class DelayProxy:
 
         def up_delay(data: bytes) -> float:
             nonlocal tracking
-            if b"TRACKING" in data.upper():
+            if b"TRACKING" in data.upper() and not tracking:
                 tracking = True
+                self._tracking.append(client)
             return 0.0 if tracking else self.pooled_up
 
         def down_delay(data: bytes) -> float:
@@ -50,6 +53,13 @@ class DelayProxy:
         async with client, server, trio.open_nursery() as nursery:
             nursery.start_soon(self._pipe, client, server, up_delay, nursery.cancel_scope)
             nursery.start_soon(self._pipe, server, client, down_delay, nursery.cancel_scope)
+
+    async def drop_tracking(self) -> None:
+        """Close the client side of every tracking connection (a reset the client sees at
+        once)."""
+        tracking, self._tracking = self._tracking, []
+        for stream in tracking:
+            await stream.aclose()
 
     @staticmethod
     async def _pipe(

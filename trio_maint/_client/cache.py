@@ -37,6 +37,8 @@ from .._sansio.cache import (
     parse_invalidation,
 )
 from .._sansio.cache_config import CacheConfig, cache_request
+from .._sansio.cache_deadline import due, read_deadlines
+from .._sansio.cache_deadline import resend as resend_rest
 from .._sansio.cache_machine import (
     CacheAction,
     CacheMachine,
@@ -48,7 +50,7 @@ from .._sansio.cache_machine import (
 )
 from .._sansio.cache_writes import OwnWrite
 from .._sansio.encode import encode_command
-from .._sansio.errors import ConnectionClosedError, DataError, RedisError
+from .._sansio.errors import ConnectionClosedError, DataError, RedisError, TimeoutError
 from .._sansio.errors import ConnectionError as RedisConnectionError
 from .._sansio.loglimit import log_limited
 from .._sansio.notifications import Malformed, parse_notification
@@ -174,7 +176,7 @@ class ClientCache:
         if slot is None:
             await trio.lowlevel.checkpoint()
             return False
-        await self._wait(tracker, slot, UNSET)
+        await self._wait(slot, math.inf)  # the timer fails the connection at its deadline
         return self.machine.serving
 
     # -------------------------------------------------------------------- reads
@@ -187,11 +189,18 @@ class ClientCache:
     ) -> Any:
         """Serve a cacheable read from the cache, or read it through the tracking
         connection and store the reply; ``BYPASS`` for anything else (not cacheable,
-        caching suspended, an error reply, the tracking connection lost meanwhile): the
-        caller then sends it through the pool. A cancel point; a schedule point too,
-        unless it returns ``BYPASS`` (the pool's path then has one).
+        caching suspended): the caller then sends it through the pool. A read sent on the
+        tracking connection that gets no usable reply (an error reply, the connection
+        lost meanwhile) returns a :class:`~trio_maint._sansio.cache_deadline.Resend`: the
+        caller sends it through the pool with what is left of ``timeout``. A cancel point;
+        a schedule point too, unless it returns ``BYPASS`` (the pool's path then has one).
 
+        :param timeout: seconds for the whole call (``UNSET``: ``socket_timeout``;
+            ``None``: none), as the pool's; it does not bound the tracking connection's
+            health, which is judged by ``socket_timeout`` (docs/caching.md).
         :param slot: the keys' slot (cluster), for slot flushes.
+        :raises TimeoutError: ``timeout`` passed before the reply came (the tracking
+            connection is left alone: the reply is still read, and stored if valid).
         """
         request = cache_request(args, self.config.allow_list)
         if request is None or (self._prefixes and not self.config.covers(request[1])):
@@ -222,20 +231,25 @@ class ClientCache:
         ticket = machine.begin(cache_key, keys, slot)
         if ticket is None:
             return BYPASS
-        pending = self._submit_read(tracker, args, ticket, timeout)
+        now = trio.current_time()
+        conn = tracker.conn
+        deadlines = read_deadlines(timeout, self._options.socket_timeout, now, conn.timeouts)
+        pending = self._submit_read(tracker, args, ticket, deadlines.health)
         if pending is None:
             return BYPASS
-        value = await self._wait(tracker, pending, timeout)
+        value = await self._wait(pending, deadlines.caller)
         if value is LOST or isinstance(value, RedisError):
-            return BYPASS
+            now = trio.current_time()
+            if not pending.done and now >= deadlines.health:  # as the timer would, now
+                self._failed(tracker, TimeoutError("no reply on the tracking connection"))
+            resend = resend_rest(deadlines, now) if pending.done else None
+            if resend is None:  # one deadline for the whole call (docs/caching.md)
+                raise TimeoutError(f"no reply from {conn.endpoint_text} within the timeout")
+            return resend
         return value
 
     def _submit_read(
-        self,
-        tracker: Tracker,
-        args: tuple[CommandArg, ...],
-        ticket: ReadTicket,
-        timeout: float | Literal[Unset.UNSET] | None,
+        self, tracker: Tracker, args: tuple[CommandArg, ...], ticket: ReadTicket, deadline: float
     ) -> Slot | None:
         try:
             data = encode_command(args)
@@ -248,38 +262,29 @@ class ClientCache:
         else:
             data = CACHING_YES + data
             slots = [Slot(CACHING), slot]
-        if not self._send(tracker, data, slots, timeout):
+        if not self._send(tracker, data, slots, deadline):
             return None
         return slot
 
     def _submit_verify(self, tracker: Tracker) -> Slot | None:
         slot = Slot(VERIFY)
         data = TRACKINGINFO if self.config.bcast else CACHING_YES
-        return slot if self._send(tracker, data, [slot], UNSET) else None
+        now = trio.current_time()
+        deadline = due(self._options.socket_timeout, now, tracker.conn.timeouts)
+        return slot if self._send(tracker, data, [slot], deadline) else None
 
-    def _send(
-        self,
-        tracker: Tracker,
-        data: bytes,
-        slots: list[Slot],
-        timeout: float | Literal[Unset.UNSET] | None,
-    ) -> bool:
+    def _send(self, tracker: Tracker, data: bytes, slots: list[Slot], deadline: float) -> bool:
         """Queue ``slots`` and write ``data`` (synchronously as far as the socket takes
-        it; the writer task writes the rest, in order). Each slot is due within
-        ``timeout`` seconds (default ``socket_timeout``, relaxed during maintenance).
-        ``False``: the tracking connection failed (the slots were released)."""
+        it; the writer task writes the rest, in order). Each slot is due by ``deadline``
+        (Trio time: ``socket_timeout`` from now, relaxed during maintenance; a reply owed
+        longer fails the tracking connection). ``False``: the tracking connection failed
+        (the slots were released)."""
         if tracker.dead or tracker.retired:
             for slot in slots:
                 if slot.ticket is not None:
                     self.machine.abandon(slot.ticket)
             return False
-        seconds = self._options.socket_timeout if timeout is UNSET else timeout
-        now = trio.current_time()
-        policy = tracker.conn.timeouts
-        if policy is not None:
-            seconds = policy.effective(seconds, now)
-        if seconds is not None:
-            deadline = now + seconds
+        if deadline != math.inf:
             for slot in slots:
                 slot.deadline = deadline
             if not tracker.pending and self._timer is not None:
@@ -299,14 +304,13 @@ class ClientCache:
             tracker.writer_wake.set()
         return True
 
-    async def _wait(
-        self, tracker: Tracker, slot: Slot, timeout: float | Literal[Unset.UNSET] | None
-    ) -> Any:
-        """Wait for ``slot``'s reply: its value, or :data:`LOST`. A reply that does not
-        come by its deadline fails the tracking connection: the timer task checks the
-        head of the queue (replies come in order), a wait with a ``timeout`` of its own
-        has its own cancel scope. Cancellation leaves the slot in place; its reply is
-        dropped."""
+    async def _wait(self, slot: Slot, deadline: float) -> Any:
+        """Wait for ``slot``'s reply until ``deadline`` (the caller's, Trio time): its
+        value, or :data:`LOST` (the tracking connection failed: ``slot.done``; or the
+        deadline passed: not ``slot.done``). The tracking connection's own deadline is
+        the timer's (it checks the head of the queue: replies come in order).
+        Cancellation, or the caller's deadline, leaves the slot in place; its reply is
+        still read (and stored, if still valid), then dropped."""
         if slot.done:
             await trio.lowlevel.checkpoint()
             return slot.value
@@ -316,13 +320,11 @@ class ClientCache:
             slot.task = None
             return trio.lowlevel.Abort.SUCCEEDED
 
-        if timeout is UNSET:
+        if deadline == math.inf:
             await trio.lowlevel.wait_task_rescheduled(abort)
         else:
-            with trio.move_on_at(slot.deadline) as scope:
+            with trio.move_on_at(deadline):
                 await trio.lowlevel.wait_task_rescheduled(abort)
-            if scope.cancelled_caught and not slot.done:
-                self._failed(tracker, TimeoutError("no reply on the tracking connection in time"))
         return slot.value if slot.done else LOST
 
     # ------------------------------------------------------------ the reading side

@@ -16,6 +16,7 @@ from .._net.groups import unwrap_group
 from .._net.pool import ConnectionPool
 from .._net.timer import ReplyTimer
 from .._sansio.blocking import TimeUnit, command_timeout, reply_timeout
+from .._sansio.cache_deadline import Resend
 from .._sansio.cache_writes import own_write
 from .._sansio.cmds import ClientCommands, KeyT
 from .._sansio.config import MaintConfig
@@ -126,10 +127,12 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
         cache = self.cache
         if cache is not None:  # client-side caching (docs/caching.md)
             reply = await cache.command(args, timeout)
-            if reply is not BYPASS:
+            if reply.__class__ is Resend:  # through the pool, with the rest of the timeout
+                timeout = reply.timeout
+            elif reply is not BYPASS:
                 return reply if callback is None else apply_callback(callback, reply, args)
-            write = own_write(args)
-            if write is not None:  # read-your-own-writes: invalidated when sent and done
+            elif (write := own_write(args)) is not None:
+                # Read-your-own-writes: invalidated when sent and when done.
                 cache.invalidate_write(write)
                 try:
                     reply = await self._pooled(args, timeout)

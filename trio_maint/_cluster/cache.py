@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._client.cache import BYPASS, ClientCache
+from .._sansio.cache_deadline import Resend
 from .._sansio.cache_writes import OwnWrite, own_write
 from .._sansio.resp import CommandArg
 from .._sansio.unset import Unset
@@ -22,7 +23,39 @@ from .._sansio.unset import Unset
 if TYPE_CHECKING:
     from .client import RedisCluster
 
-__all__ = ["BYPASS", "ClusterWrite", "cached_read", "write_begin", "write_end"]
+__all__ = [
+    "BYPASS",
+    "ClusterWrite",
+    "cached_command",
+    "cached_read",
+    "write_begin",
+    "write_end",
+]
+
+
+async def cached_command(
+    cluster: RedisCluster,
+    args: tuple[CommandArg, ...],
+    slot: int | None,
+    timeout: float | Literal[Unset.UNSET] | None,
+) -> Any:
+    """The cluster client's path of one command (routed by ``slot``) when caching is on:
+    a read served by (or read through) the cache of ``slot``'s master, else routed as
+    usual (a read the tracking connection could not answer with what is left of
+    ``timeout``); a write invalidates what it may change in the caches before it is sent
+    and when its reply came (the module doc)."""
+    reply = await cached_read(cluster, args, slot, timeout)
+    if reply.__class__ is Resend:
+        return await cluster._execute(args, slot, reply.timeout)
+    if reply is not BYPASS:
+        return reply
+    write = write_begin(cluster, [(args, slot)])
+    if write is None:
+        return await cluster._execute(args, slot, timeout)
+    try:
+        return await cluster._execute(args, slot, timeout)
+    finally:
+        write_end(cluster, write)
 
 
 async def cached_read(
@@ -33,8 +66,11 @@ async def cached_read(
 ) -> Any:
     """``args``' reply from the cache of ``slot``'s master (or read through its tracking
     connection and stored), or :data:`BYPASS`: not cacheable, the master's client not
-    running yet, or a reply the cache does not take (an error such as ``MOVED``: the
-    caller then routes the command as usual)."""
+    running yet; or a :class:`~trio_maint._sansio.cache_deadline.Resend`: a reply the
+    cache does not take (an error such as ``MOVED``, the tracking connection lost: the
+    caller then routes the command as usual, with what is left of ``timeout``).
+
+    :raises TimeoutError: ``timeout`` passed first."""
     cache = _master_cache(cluster, slot)
     if cache is None:
         return BYPASS

@@ -57,7 +57,7 @@ from .._sansio.retry import (
 )
 from .._sansio.slots import NodeInfo, SlotMap, command_keys, key_slot, keys_slot
 from .._sansio.unset import UNSET, Unset
-from .cache import BYPASS, cached_read, write_begin, write_end
+from .cache import cached_command
 from .node import Node, SlotMigrationHook
 from .pipeline import ClusterPipeline
 from .pubsub import ClusterPubSub
@@ -429,16 +429,9 @@ class RedisCluster(SlotMapRefresh, Scripting, StreamConsumers, ClientCommands):
                 slot = self._slot_of(args)
             except KeyError:
                 slot = await self._slot_of_unknown(args)
-            reply = BYPASS
             if self.options.cache is not None:  # client-side caching (docs/caching.md)
-                reply = await cached_read(self, args, slot, timeout)
-                if reply is BYPASS and (write := write_begin(self, [(args, slot)])) is not None:
-                    try:  # read-your-own-writes: invalidated when sent and when done
-                        reply = await self._execute(args, slot, timeout)
-                    finally:
-                        write_end(self, write)
-                    return reply if callback is None else apply_callback(callback, reply, args)
-            if reply is BYPASS:
+                reply = await cached_command(self, args, slot, timeout)
+            else:
                 reply = await self._execute(args, slot, timeout)
         return reply if callback is None else apply_callback(callback, reply, args)
 
