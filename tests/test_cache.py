@@ -1,7 +1,7 @@
 """Client-side caching against a real redis-server (docs/caching.md): hits and misses,
 invalidation on a write by another client (also when the invalidation is on the socket but
 no task has read it yet), eviction by entries and by bytes, TTL on a MockClock, BCAST with
-prefixes, the tracking connection lost and set up again, malformed invalidations ignored,
+prefixes, the tracking connection lost and set up again, malformed invalidations flushing,
 nothing left after the client's block."""
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from trio_maint._client.tracker import Slot
 from trio_maint._sansio.cache import entry_size
 from trio_maint._sansio.encode import encode_command
 from trio_maint.testing import MaintenanceSimulator, RedisServer
+
+from ._fakeserver import open_fake_server, push
 
 pytestmark = pytest.mark.trio
 
@@ -278,23 +280,65 @@ async def test_tracking_turned_off_is_found_by_the_check(
         assert await r.get("k") == b"v"
 
 
-async def test_malformed_invalidations_are_ignored(
+async def test_malformed_invalidations_flush(
     server: RedisServer, writer: trio_maint.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """An ``invalidate`` frame of another shape: which keys it meant is unknown, so the
+    cache is flushed (``malformed_invalidation``), logged at a bounded rate."""
     async with trio_maint.open_redis(server.url, maintenance=OFF, cache=CacheConfig()) as r:
         cache = await ready(r)
         tracker = cache._tracker
         assert tracker is not None
         await writer.set("k", "v")
-        await r.get("k")
         with caplog.at_level(logging.WARNING, logger="trio_maint.cache"):
             for frame in ([b"invalidate", 5], [b"invalidate", [1, 2]], [b"invalidate"]):
+                await r.get("k")
+                assert cache.stats().entries == 1
                 cache._push(tracker, frame)
-        assert cache.stats().entries == 1 and cache.machine.serving
+                assert cache.stats().entries == 0
+        assert cache.machine.serving
+        assert cache.stats().flushes == {"malformed_invalidation": 3}
         lines = [r for r in caplog.records if "malformed invalidation" in r.getMessage()]
         assert len(lines) == 1  # rate-limited
+        await r.get("k")
         cache._push(tracker, [b"invalidate", [b"k"]])
         assert cache.stats().entries == 0
+
+
+MALFORMED = {
+    "no key list": b">1\r\n$10\r\ninvalidate\r\n",
+    "an integer": push("invalidate", 5),
+    "nested lists": push("invalidate", [["k"]]),
+    "a map": b">2\r\n$10\r\ninvalidate\r\n%1\r\n$1\r\nk\r\n$1\r\nv\r\n",
+    "three items": push("invalidate", ["k"], "x"),
+    "a double key": b">2\r\n$10\r\ninvalidate\r\n*1\r\n,1.5\r\n",
+    "a null key": b">2\r\n$10\r\ninvalidate\r\n*1\r\n_\r\n",
+}
+
+
+@pytest.mark.parametrize("shape", list(MALFORMED))
+async def test_a_malformed_invalidation_is_not_trusted(shape: str) -> None:
+    """A buggy server (or proxy) changes a key and sends an invalidation the client cannot
+    read: the cached value is not served again (it was: the frame was ignored)."""
+    async with open_fake_server() as srv:
+        srv.data[b"k"] = b"v1"
+        async with trio_maint.open_redis(srv.url, cache=CacheConfig()) as r:
+            cache = await ready(r)
+            with trio.fail_after(5):
+                assert await r.get("k") == b"v1"
+                assert await r.get("k") == b"v1"
+                assert cache.stats().hits == 1
+                tracking = [
+                    c
+                    for c in srv.connections.values()
+                    if (b"CLIENT", b"TRACKING") in [cmd[:2] for cmd in c.commands]
+                ]
+                assert len(tracking) == 1
+                srv.data[b"k"] = b"v2"
+                await srv.push(MALFORMED[shape], tracking)
+                assert await cache.sync()  # the frame came before the reply of this
+                assert await r.get("k") == b"v2"
+                assert cache.stats().flushes == {"malformed_invalidation": 1}
 
 
 async def test_cache_config_alias_and_refusals(server: RedisServer) -> None:

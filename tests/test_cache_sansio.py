@@ -463,6 +463,20 @@ def test_null_invalidation_and_smigrated() -> None:
     assert len(machine.store) == 0
 
 
+def test_a_malformed_invalidation_flushes() -> None:
+    """Which keys an unreadable invalidation meant is unknown: everything goes, reads in
+    flight included."""
+    machine = _ready()
+    _fill(machine, "a")
+    request = cache_request(("GET", "b"))
+    assert request is not None
+    in_flight = machine.begin(*request)
+    assert in_flight is not None
+    assert machine.malformed_invalidation() == [Flushed("malformed_invalidation", 1)]
+    assert not machine.finish(in_flight, b"v", 0.0)
+    assert len(machine.store) == 0 and machine.serving
+
+
 def test_refused_disables() -> None:
     machine = _ready()
     _fill(machine)

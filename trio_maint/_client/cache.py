@@ -399,11 +399,12 @@ class ClientCache:
                 logging.WARNING,
                 "cache_invalidation_malformed",
                 trio.current_time(),
-                "tracking connection %d: ignoring a malformed invalidation (%.100r)",
+                "tracking connection %d: a malformed invalidation (%.100r): cache flushed",
                 tracker.conn.id,
                 frame,
                 extra={"event": "cache_invalidation_malformed", "conn_id": tracker.conn.id},
             )
+            self._carry_out(self.machine.malformed_invalidation())
             return
         if tracker is not self._tracker:
             return  # a retired connection's notifications are the past

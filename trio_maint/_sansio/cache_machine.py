@@ -28,6 +28,8 @@ SMIGRATED (cluster)                     flush the entries of the slots it lists
 invalidation of keys                    remove their entries; spoil their reads in
                                         flight (:class:`~.cache.CacheStore`)
 invalidation with a null key list       flush all (``server_flush``)
+malformed invalidation (its keys        flush all (``malformed_invalidation``)
+cannot be read)
 this client's own write (sent, and      remove its keys' entries; spoil their reads
 again when its reply came)              in flight; flush all (``own_write``) when its
                                         keys cannot be known (``FLUSHDB``, ...)
@@ -337,6 +339,12 @@ class CacheMachine:
             return self._flush("server_flush", [])
         self.store.invalidate(keys)
         return []
+
+    def malformed_invalidation(self) -> list[CacheAction]:
+        """An ``invalidate`` push frame of a shape the client cannot read (a buggy server
+        or proxy): which keys it meant is unknown, so everything is flushed
+        (``malformed_invalidation``), in-flight reads included."""
+        return self._flush("malformed_invalidation", [])
 
     def notification(self, n: Notification, now: float) -> list[CacheAction]:
         """A maintenance notification read on the tracking connection (see the module

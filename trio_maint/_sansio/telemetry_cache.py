@@ -66,6 +66,7 @@ FLUSH_CAUSES: Final = frozenset(
         "failed_over",
         "failing_over",
         "handoff",
+        "malformed_invalidation",
         "migrated",
         "migrating",
         "moving",
