@@ -237,6 +237,29 @@ async def test_own_swapdb_flushes(server: RedisServer, writer: trio_maint.Redis)
 
 
 @pytest.mark.trio
+async def test_another_clients_swapdb_is_not_seen_until_the_ttl(
+    server: RedisServer, writer: trio_maint.Redis
+) -> None:
+    """What docs/caching.md says no client-side cache can see: the server sends no
+    invalidation for another client's SWAPDB; ``ttl`` bounds how long the older value is
+    served (if this fails at the first assertion, the server now invalidates on SWAPDB:
+    update the docs)."""
+    await writer.set("k", "db0")
+    async with trio_maint.open_redis(server.url + "/1", maintenance=OFF) as w1:
+        await w1.set("k", "db1")
+    config = CacheConfig(ttl=0.5)
+    async with trio_maint.open_redis(server.url, maintenance=OFF, cache=config) as r:
+        cache = await cached(r, "k")
+        with trio.fail_after(5):
+            await writer.swapdb(0, 1)
+            assert await cache.sync()
+            assert await r.get("k") == b"db0"  # stale: nothing told the cache
+            await trio.sleep(0.5)
+            assert await r.get("k") == b"db1"
+            await writer.swapdb(0, 1)
+
+
+@pytest.mark.trio
 async def test_a_read_stored_while_the_write_ran_is_dropped(
     server: RedisServer, writer: trio_maint.Redis
 ) -> None:
