@@ -11,6 +11,7 @@ from importlib.metadata import version
 import pytest
 
 from trio_maint._cli.main import CLUSTER_REFUSES, build_parser, main
+from trio_maint._cli.simulate_control import INJECTIONS
 
 TIMEOUT = 60.0
 
@@ -55,8 +56,13 @@ def help_text(*command: str) -> str:
         (("demo",), ["trio-maint demo --speed 10", "trio-maint demo --cluster --plot"]),
         (("monitor",), ["trio-maint monitor redis://127.0.0.1:7000 --count 3"]),
         (("simulate",), ["trio-maint simulate --listen", "trio-maint simulate ctl scenario"]),
+        (("simulate", "ctl"), ["trio-maint simulate ctl --control /tmp/sim.sock scenario"]),
+        *(
+            (("simulate", "ctl", name), [f"trio-maint simulate ctl {name}"])
+            for name in (*INJECTIONS, "scenario", "status")
+        ),
     ],
-    ids=["top", "demo", "monitor", "simulate"],
+    ids=lambda v: (" ".join(v) or "top") if isinstance(v, tuple) else None,
 )
 def test_help_has_examples(
     command: tuple[str, ...], examples: list[str], monkeypatch: pytest.MonkeyPatch

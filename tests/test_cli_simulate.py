@@ -304,10 +304,21 @@ def test_ctl_injections_status_and_errors(simulate: Simulate) -> None:
     assert "JSON" in replies[0]["error"] and "'time'" in replies[1]["error"]
 
 
-def test_ctl_without_a_simulator(tmp_path: Path) -> None:
-    result = _cli("simulate", "ctl", "status", "--control", str(tmp_path / "none.sock"))
-    assert result.returncode == 1
-    assert "no simulator is running" in result.stderr
+@pytest.mark.parametrize(
+    "where",
+    [
+        ("simulate", "ctl", "status", "--control", "{}"),
+        ("simulate", "ctl", "--control", "{}", "status"),  # before the command, too
+        ("simulate", "--control", "{}", "ctl", "status"),
+        ("simulate", "ctl", "--control", "{}", "scenario", "moving"),
+    ],
+    ids=["after", "before the command", "before ctl", "before scenario"],
+)
+def test_ctl_without_a_simulator(tmp_path: Path, where: tuple[str, ...]) -> None:
+    path = str(tmp_path / "none.sock")
+    result = _cli(*(a.format(path) for a in where))
+    assert result.returncode == 1, result.stderr
+    assert f"no simulator is running on the control socket {path} " in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -25,6 +25,39 @@ examples (docs/simulate.md):
   trio-maint simulate ctl status --json
 """
 
+CTL_EXAMPLES: Final = """\
+examples (docs/simulate.md):
+  trio-maint simulate ctl status
+  trio-maint simulate ctl migrating --time 2             MIGRATING now
+  trio-maint simulate ctl scenario moving --wait         the MOVING timeline, to its end
+  trio-maint simulate ctl --control /tmp/sim.sock scenario failover
+  trio-maint simulate ctl status --json --control /tmp/sim.sock
+
+--control (before or after the command) names the simulator's control socket, default
+$XDG_RUNTIME_DIR/trio-maint-simulate.sock; --json prints the reply as JSON.
+"""
+
+#: Examples of each ``simulate ctl`` command, by name (``{}``: where the name goes).
+CTL_COMMAND_EXAMPLES: Final = {
+    "moving": ("moving --to 127.0.0.2:7000 --time 5", "moving --remember"),
+    "migrating": ("migrating --time 2", "migrating --on 127.0.0.2:7000 --shard-ids 1"),
+    "migrated": ("migrated", "migrated --seq 10 --json"),
+    "failing-over": ("failing-over --time 2", "failing-over --remember"),
+    "failed-over": ("failed-over", "failed-over --on 127.0.0.2:7000"),
+    "scenario": (
+        "scenario moving --wait",
+        "scenario failover --compress 10 --json --wait",
+        "scenario migrate --on 127.0.0.2:7000 --to 127.0.0.1:7000 --wait",
+    ),
+    "status": ("status", "status --json --control /tmp/sim.sock"),
+}
+
+
+def _ctl_examples(name: str) -> str:
+    """The ``examples:`` epilog of ``simulate ctl NAME``."""
+    lines = [f"  trio-maint simulate ctl {e}" for e in CTL_COMMAND_EXAMPLES[name]]
+    return "examples (docs/simulate.md):\n" + "\n".join(lines) + "\n"
+
 
 def _cmd_simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from .simulate_control import (
@@ -69,7 +102,8 @@ def _cmd_simulate_ctl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int
     request = request_from_args(args.ctl, vars(args))
     wait = bool(request.get("wait"))
     try:
-        reply = run_ctl(args.control or default_control_path(), request, None if wait else 10.0)
+        control = getattr(args, "control", None) or default_control_path()
+        reply = run_ctl(control, request, None if wait else 10.0)
     except SimulateError as exc:
         raise DemoError(str(exc)) from None
     if args.json:
@@ -126,12 +160,18 @@ def add_simulate(sub: Any, shared: argparse.ArgumentParser) -> None:
         help="drive a running 'trio-maint simulate'",
         description="Send one command to a running 'trio-maint simulate' over its control "
         "socket and print its answer. Exit status 1 if it refused or none runs.",
+        epilog=CTL_EXAMPLES,
+        formatter_class=HelpFormatter,
         parents=[shared],
     )
+    # --control also before the command (ctl --control PATH status); SUPPRESS: an absent
+    # option does not overwrite the one given at another level (argparse copies a
+    # subparser's defaults over its parent's values)
+    ctl.add_argument("--control", metavar="PATH", default=argparse.SUPPRESS, help=control_help)
     ctls = ctl.add_subparsers(dest="ctl", required=True, parser_class=Parser)
 
     def common(p: argparse.ArgumentParser, on: bool = True) -> None:
-        p.add_argument("--control", metavar="PATH", help=control_help)
+        p.add_argument("--control", metavar="PATH", default=argparse.SUPPRESS, help=control_help)
         p.add_argument("--json", action="store_true", help="print the reply as JSON")
         if on:
             p.add_argument(
@@ -141,7 +181,11 @@ def add_simulate(sub: Any, shared: argparse.ArgumentParser) -> None:
 
     for kind in INJECTIONS:
         p = ctls.add_parser(
-            kind, help=f"send {kind.upper().replace('-', '_')} now", parents=[shared]
+            kind,
+            help=f"send {kind.upper().replace('-', '_')} now",
+            epilog=_ctl_examples(kind),
+            formatter_class=HelpFormatter,
+            parents=[shared],
         )
         common(p)
         p.add_argument("--seq", type=int, help="the sequence id (default: the next one)")
@@ -159,7 +203,11 @@ def add_simulate(sub: Any, shared: argparse.ArgumentParser) -> None:
         if kind != "moving":
             p.add_argument("--shard-ids", help="shard ids (default 1)")
     scen = ctls.add_parser(
-        "scenario", help="run a built-in scenario (docs/simulate.md)", parents=[shared]
+        "scenario",
+        help="run a built-in scenario (docs/simulate.md)",
+        epilog=_ctl_examples("scenario"),
+        formatter_class=HelpFormatter,
+        parents=[shared],
     )
     common(scen)
     scen.add_argument("name", choices=SIM_SCENARIOS)
@@ -173,6 +221,10 @@ def add_simulate(sub: Any, shared: argparse.ArgumentParser) -> None:
     scen.add_argument("--compress", type=positive_float, help="divide every delay by this")
     scen.add_argument("--wait", action="store_true", help="return when the scenario is over")
     status = ctls.add_parser(
-        "status", help="endpoints, connections, the running scenario", parents=[shared]
+        "status",
+        help="endpoints, connections, the running scenario",
+        epilog=_ctl_examples("status"),
+        formatter_class=HelpFormatter,
+        parents=[shared],
     )
     common(status, on=False)
