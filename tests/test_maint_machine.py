@@ -268,6 +268,22 @@ def test_dial_failures_retry_with_backoff_then_discard() -> None:
     assert m.state(2.0).failed_handoffs == 1
 
 
+def test_a_handoff_failed_behind_an_open_breaker_names_the_target_it_tried() -> None:
+    """A connection waiting to retry whose mark is dropped (a later MOVING finds the
+    target's breaker open) fails naming the endpoint it tried, not where it is."""
+    m = machine()
+    cids = pool(m, borrowed=6)
+    m.notification(cids[0], Moving(1, 10.0, B), 0.0)
+    for cid in cids:
+        m.released(cid, 0.0)
+    for cid in cids[:5]:  # the breaker opens after these
+        handoff(m, cid, 0.0, Outcome.DIAL_ERROR)
+    m.notification(cids[5], Moving(2, 10.0, B), 0.1)
+    failed = events(m.timer_fired(0.5), HandoffFailed)
+    assert {f.conn_id for f in failed} == set(cids[:5])
+    assert {f.endpoint for f in failed} == {str(B)}
+
+
 def test_other_errors_are_not_retried() -> None:
     m = machine()
     [cid] = pool(m, borrowed=1)

@@ -125,7 +125,7 @@ class HandoffDecisions:
         if not breaker.allow(now):
             return None
         rec.phase = Phase.RUNNING
-        rec.dialing = rec.mark.target
+        rec.dialing = rec.tried = rec.mark.target
         rec.attempts += 1
         rec.redo = False
         return rec.dialing
@@ -192,6 +192,7 @@ class HandoffDecisions:
         if not keep_mark:
             rec.mark = None
         rec.redo = False
+        rec.tried = None
         rec.attempts = 0
         rec.retry_at = None
         rec.queued_at = None
@@ -204,6 +205,7 @@ class HandoffDecisions:
         rec.endpoint = target
         rec.seen = None
         rec.attempts = 0
+        rec.tried = None
         self._completed += 1
         latency = now - (rec.queued_at if rec.queued_at is not None else now)
         rec.queued_at = None
@@ -232,8 +234,9 @@ class HandoffDecisions:
         """The handoff failed for good: a pooled connection is discarded, a subscriber
         stays on its current connection. The event names the endpoint the last attempt
         dialed (``dialed``), else the pending target, else where the connection is."""
-        where = dialed if dialed is not None else rec.mark.target if rec.mark else None
+        where = dialed if dialed is not None else rec.mark.target if rec.mark else rec.tried
         target = str(where if where is not None else rec.endpoint)
+        rec.tried = None
         latency = now - (rec.queued_at if rec.queued_at is not None else now)
         self._failed += 1
         actions.append(Emit(HandoffFailed(rec.conn_id, target, reason, latency, now)))

@@ -231,6 +231,8 @@ class ConnRecord:
     :ivar mark: its pending handoff (:class:`Mark`) or ``None``.
     :ivar attempts: dial attempts of the current handoff (``int``).
     :ivar dialing: the endpoint of the attempt under way, or ``None``.
+    :ivar tried: the endpoint the current handoff's latest attempt dialed, or ``None``
+        (named in its failure when the mark is gone by then).
     :ivar redo: a newer MOVING changed the target during the attempt (``bool``).
     :ivar retry_at: when a failed dial is retried (``float``) or ``None``.
     :ivar queued_at: when the current handoff was queued (``float``) or ``None``.
@@ -248,6 +250,7 @@ class ConnRecord:
     mark: Mark | None = None
     attempts: int = 0
     dialing: Endpoint | None = None
+    tried: Endpoint | None = None
     redo: bool = False
     retry_at: float | None = None
     queued_at: float | None = None
