@@ -304,6 +304,26 @@ def test_ctl_injections_status_and_errors(simulate: Simulate) -> None:
     assert "JSON" in replies[0]["error"] and "'time'" in replies[1]["error"]
 
 
+def test_a_reader_that_stops_early_ends_ctl_quietly(simulate: Simulate) -> None:
+    """``ctl status --json | head -c 600``: stdout closed before the reply is printed
+    ends ``ctl`` with status 141 and no BrokenPipeError traceback."""
+    command = ["simulate", "ctl", "status", "--json", "--control", str(simulate.control)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "trio_maint", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader is gone before ctl writes
+        try:
+            _, err = proc.communicate(timeout=STEP_TIMEOUT)
+        finally:
+            proc.kill()
+    assert proc.returncode == 141, err
+    assert err == ""
+
+
 @pytest.mark.parametrize(
     "where",
     [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Final, TextIO
@@ -427,6 +428,33 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
+#: Exit status when stdout was closed under us (``... | head``): 128 + SIGPIPE, as a
+#: program killed by SIGPIPE reports in a shell.
+EXIT_BROKEN_PIPE: Final = 141
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    """``exc`` is a write to a closed pipe, possibly wrapped in exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        real = [e for e in leaves(exc) if not isinstance(e, trio.Cancelled)]
+        return bool(real) and all(isinstance(e, BrokenPipeError) for e in real)
+    return isinstance(exc, BrokenPipeError)
+
+
 def main_entry() -> None:
-    """Console-script entry point: ``sys.exit(main())``."""
-    sys.exit(main())
+    """Console-script entry point (and ``python -m trio_maint``): ``sys.exit(main())``.
+
+    A reader that stops early (``trio-maint ... --json | head -c 600``) ends the command
+    quietly with status 141, without a traceback: stdout is pointed at ``os.devnull`` so
+    the interpreter's last flush at exit does not fail again (the recipe of Python's
+    ``signal`` documentation)."""
+    try:
+        status = main()
+        sys.stdout.flush()  # a closed pipe shows here rather than at exit
+    except BaseException as exc:
+        if not _broken_pipe(exc):
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_BROKEN_PIPE)
+    sys.exit(status)
