@@ -34,7 +34,8 @@ def _require_redis_server(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite against a real redis-server started by the fixtures."""
     _require_redis_server(session)
-    session.install("-e", ".[test]")
+    # cli and plot too: the live view and --plot have tests of their own.
+    session.install("-e", ".[test,cli,plot]")
     session.run("pytest", *session.posargs, env={"PYTHONDEVMODE": "1"})
 
 

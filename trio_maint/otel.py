@@ -1,6 +1,6 @@
 """OpenTelemetry metrics and spans for a trio_maint client (the ``otel`` extra:
-``pip install 'trio-maint[otel]'``, which brings ``opentelemetry-api``; configure an SDK, or
-any other implementation, yourself).
+from a checkout ``.venv/bin/pip install -e '.[otel]'``, which brings ``opentelemetry-api``;
+configure an SDK, or any other implementation, yourself).
 
 ::
 
@@ -24,6 +24,13 @@ pays one ``is None`` check (docs/performance.md).
 """
 
 from __future__ import annotations
+
+try:
+    import opentelemetry as _probe  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on what is installed
+    raise ImportError(
+        "trio_maint.otel needs the 'otel' extra: .venv/bin/pip install -e '.[otel]' from a checkout"
+    ) from exc
 
 import functools
 import weakref

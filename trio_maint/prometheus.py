@@ -1,5 +1,6 @@
 """Prometheus metrics for a trio_maint client (the ``prometheus`` extra:
-``pip install 'trio-maint[prometheus]'``, which brings ``prometheus-client``).
+from a checkout ``.venv/bin/pip install -e '.[prometheus]'``, which brings
+``prometheus-client``).
 
 ::
 
@@ -24,6 +25,14 @@ histogram.
 """
 
 from __future__ import annotations
+
+try:
+    import prometheus_client as _probe  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on what is installed
+    raise ImportError(
+        "trio_maint.prometheus needs the 'prometheus' extra: "
+        ".venv/bin/pip install -e '.[prometheus]' from a checkout"
+    ) from exc
 
 import weakref
 from collections.abc import Iterable

@@ -35,8 +35,8 @@ __all__ = [
 
 #: Default most entries (``int``), as redis-py's ``CacheConfig.DEFAULT_MAX_SIZE``.
 DEFAULT_MAX_SIZE: Final = 10_000
-#: Default most bytes the entries may hold (``int``, 64 MiB), as :func:`entry_size
-#: <trio_maint._sansio.cache.entry_size>` counts them.
+#: Default most bytes the entries may hold (``int``, 64 MiB), counted as in
+#: :attr:`CacheConfig.max_bytes`.
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
 
 #: Read-only commands kept out of the cache although the table's flags let them in: their
@@ -201,9 +201,10 @@ class CacheConfig:
     :ivar max_size: most entries (``int`` >= 1, default 10,000, redis-py's name); the
         least recently used entry is evicted beyond it.
     :ivar max_bytes: most bytes the entries may hold (``int`` >= 1, default 64 MiB; ``None``:
-        no byte bound), as :func:`~trio_maint._sansio.cache.entry_size` estimates them;
-        least recently used entries are evicted beyond it, and a reply larger than this
-        is never stored.
+        no byte bound), each entry counted as the Python size (``sys.getsizeof``) of its
+        key, arguments and reply, everything the reply holds included, plus 240 bytes of
+        bookkeeping; least recently used entries are evicted beyond it, and a reply larger
+        than this is never stored.
     :ivar ttl: seconds (``float``) an entry may be served after it was stored, or ``None``
         (the default: until invalidated or evicted). Bounds how long a value can be served
         when the server sends no invalidation (a key whose expiry the server has not yet
