@@ -6,6 +6,7 @@ maintenance handling) rides a MOVING through it."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -359,6 +360,23 @@ def test_simulate_usage_errors(tmp_path: Path) -> None:
         str(tmp_path / "c.sock"),
     )
     assert dead.returncode == 1 and "cannot reach the upstream" in dead.stderr
+    # why, in the OS's words (as monitor says it), not only "all attempts ... failed"
+    assert dead.stderr.rstrip().endswith(f": {os.strerror(errno.ECONNREFUSED)}"), dead.stderr
+
+
+def test_migrate_after_moving_is_refused_in_a_sentence(simulate: Simulate) -> None:
+    """The refusal documented in docs/simulate.md names the endpoints by address, not
+    by a ValueError of simulator reprs."""
+    b = f"127.0.0.2:{simulate.port}"
+    moving = simulate.ctl("scenario", "moving", "--time", "1", "--grace", "0.1", "--wait")
+    assert moving.returncode == 0, moving.stderr
+    refused = simulate.ctl("scenario", "migrate", "--wait")
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        f"trio-maint: error: scenario migrate failed: the simulator on 127.0.0.1:"
+        f"{simulate.port} already forwards to the one on {b} (after a MOVING): the data is "
+        "on the target's server; migrate from the target to move it back\n"
+    )
 
 
 def test_sigint_stops_cleanly(simulate: Simulate) -> None:

@@ -29,6 +29,7 @@ from typing import Any, TextIO
 import attrs
 import trio
 
+from .._net.stream import describe_error
 from ..testing import (
     MaintenanceSimulator,
     Scenario,
@@ -213,8 +214,8 @@ class _Controller:
             self.log.say(f"control: refused: {exc}", "red")
             return {"ok": False, "error": str(exc)}
         except Exception as exc:  # an injection failed: report it, keep serving
-            self.log.say(f"control: failed: {exc!r}", "bold red")
-            return {"ok": False, "error": f"failed: {exc!r}"}
+            self.log.say(f"control: failed: {_reason(exc)}", "bold red")
+            return {"ok": False, "error": f"failed: {_reason(exc)}"}
 
     # status ---------------------------------------------------------------------
 
@@ -363,7 +364,7 @@ class _Controller:
             try:
                 records = await scenario.run(sim)
             except Exception as exc:
-                outcome["error"] = f"scenario {cmd.name} failed: {exc!r}"
+                outcome["error"] = f"scenario {cmd.name} failed: {_reason(exc)}"
                 self.log.say(f"{endpoint.name}: {outcome['error']}", "bold red")
             else:
                 outcome["steps"] = [
@@ -416,6 +417,15 @@ class _Controller:
                     await stream.send_all(encode(await self.execute(line)))
             except trio.BrokenResourceError:
                 return  # the ctl process went away
+
+
+def _reason(exc: Exception) -> str:
+    """Why a scenario or an injection failed: the sentence of an error the library raises
+    on purpose (ValueError, RuntimeError, OSError such as TimeoutError, with its cause's
+    errno text), the repr of anything else (a bug: its type matters)."""
+    if isinstance(exc, (ValueError, RuntimeError, OSError)):
+        return describe_error(exc)
+    return repr(exc)
 
 
 def _jsonable(value: Any) -> Any:
@@ -477,7 +487,7 @@ async def _check_upstream(endpoint: Endpoint) -> None:
             stream = await trio.open_tcp_stream(*endpoint.upstream.address)
         await stream.aclose()
     except (OSError, trio.TooSlowError) as exc:
-        reason = "timed out" if isinstance(exc, trio.TooSlowError) else exc.strerror or exc
+        reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_error(exc)
         raise SimulateError(
             f"cannot reach the upstream {endpoint.upstream.shown} of {endpoint.name}: {reason}"
         ) from None

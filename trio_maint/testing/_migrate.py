@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._sansio.endpoint import format_host_port
 from .._sansio.replies import parse_info
 from ._raw import RawConnection, connect_raw
 from ._server import RedisServer
@@ -209,14 +210,19 @@ async def migrate(
     """
     src_addr = source.backend_address
     dst_addr = _data_address(target)
+    where = format_host_port(*source.address)
     if src_addr == dst_addr:
-        raise ValueError(f"{source!r} already forwards to the target's server")
+        raise ValueError(
+            f"the simulator on {where} already forwards to the target's server "
+            f"{format_host_port(*dst_addr)}: there is nothing to move"
+        )
     if isinstance(target, MaintenanceSimulator) and src_addr == target.address:
         # After a MOVING scenario (set_backend(target)) the source's clients already use
         # the target's server: there is nothing behind the source to move.
         raise ValueError(
-            f"{source!r} forwards to {target!r} already (after a MOVING): the data is on "
-            "the target's server; migrate from the target to move it back"
+            f"the simulator on {where} already forwards to the one on "
+            f"{format_host_port(*target.address)} (after a MOVING): the data is on the "
+            "target's server; migrate from the target to move it back"
         )
     sims = [source]
     if isinstance(target, MaintenanceSimulator) and target.backend_address == src_addr:
