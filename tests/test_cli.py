@@ -16,7 +16,12 @@ import trio
 
 from trio_maint._cli.main import main
 from trio_maint._cli.monitor import run_monitor
-from trio_maint.testing import MaintenanceSimulator, RedisServer
+from trio_maint.testing import (
+    MaintenanceSimulator,
+    RedisServer,
+    RedisServerNotFoundError,
+    find_redis_server,
+)
 
 TIMEOUT = 60.0
 
@@ -157,6 +162,15 @@ def test_redis_server_missing_is_one_line() -> None:
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1, result.stderr
     assert "redis-server not found" in result.stderr and "apt-get install" in result.stderr
+    # $REDIS_SERVER was set: the message says what is wrong with it
+    assert "$REDIS_SERVER ('/nonexistent/redis-server') does not exist" in result.stderr
+
+
+def test_redis_server_not_executable(tmp_path: Path) -> None:
+    plain = tmp_path / "redis-server"
+    plain.write_text("")
+    with pytest.raises(RedisServerNotFoundError, match="is not an executable file"):
+        find_redis_server(str(plain))
 
 
 def test_port_in_use_is_one_line() -> None:

@@ -30,8 +30,21 @@ def find_redis_server(executable: str | None = None) -> str:
     :returns: the path to the binary.
     :raises RedisServerNotFoundError: none was found; the message names the Debian package.
     """
-    candidate = executable or os.environ.get("REDIS_SERVER") or "redis-server"
+    from_env = os.environ.get("REDIS_SERVER")
+    candidate = executable or from_env or "redis-server"
     found = shutil.which(candidate)
+    if found is None and (executable or from_env):
+        given = "the path given" if executable else "$REDIS_SERVER"
+        if os.sep not in candidate:
+            problem = "is not found on PATH"
+        elif os.path.exists(candidate):
+            problem = "is not an executable file"
+        else:
+            problem = "does not exist"
+        raise RedisServerNotFoundError(
+            f"redis-server not found: {given} ({candidate!r}) {problem}; point it at the "
+            "redis-server binary (Debian's package `redis-server`: apt-get install redis-server)"
+        )
     if found is None:
         raise RedisServerNotFoundError(
             f"redis-server not found ({candidate!r}): install Debian's package "
