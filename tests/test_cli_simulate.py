@@ -201,7 +201,7 @@ def test_redispy_follows_a_moving_driven_by_ctl(simulate: Simulate, server: Redi
         reply = json.loads(result.stdout)
         assert [s["label"] for s in reply["result"]["steps"]] == [
             "MOVING",
-            "none: reconnect due",
+            "null-endpoint clients reconnect (still open)",
             "old endpoint closes",
         ]
         before = writer.acked

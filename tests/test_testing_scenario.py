@@ -124,7 +124,7 @@ async def test_moving_scenario_full_timeline_on_mock_clock(
             assert 16.9 <= closed_at <= 17.5
             assert [(r.label, r.planned) for r in records] == [
                 ("MOVING", 0.0),
-                ("none: reconnect due", 7.5),
+                ("null-endpoint clients reconnect (still open)", 7.5),
                 ("old endpoint closes", 17.0),
             ]
             assert await again.execute("PING") == b"PONG"  # new connections are kept

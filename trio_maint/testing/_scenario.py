@@ -256,7 +256,11 @@ def _add_moving(
         return sim.close_connections(connections=moved)
 
     scenario.at(offset / compress, moving, "MOVING")
-    scenario.at((offset + time / 2) / compress, none_reconnect_due, "none: reconnect due")
+    scenario.at(
+        (offset + time / 2) / compress,
+        none_reconnect_due,
+        "null-endpoint clients reconnect (still open)",
+    )
     scenario.at((offset + time + grace) / compress, close_old, "old endpoint closes")
 
 
