@@ -102,6 +102,26 @@ def test_rich_view_keeps_the_first_notification() -> None:
         view.close()
 
 
+def test_rich_view_wraps_events_with_a_hanging_indent() -> None:
+    pytest.importorskip("rich")
+    view = RichView(io.StringIO())
+    try:
+        long = "MOVING seq=1002 -> 127.0.0.1:7001 in 15 s: " + "word " * 30
+        view.event(4.5, long.strip())
+        view.notification(4.5, long.strip())
+        text = rich_text(view, width=60)
+    finally:
+        view.close()
+    lines = [line for line in text.splitlines() if "word" in line]
+    assert len(lines) > 4  # wrapped
+    first = next(line for line in lines if "4.500s" in line)
+    indent = first.index("MOVING")
+    for line in lines:
+        if "4.500s" not in line:
+            # each continuation starts under the text, not under the time
+            assert line[:indent].strip("│ ") == "" and line[indent] != " ", text
+
+
 def demo_report() -> DemoReport:
     report = DemoReport(DemoConfig(speed=10))
     report.total_commands, report.failed_commands = 1234567, 0

@@ -159,8 +159,8 @@ class RichView:
 
         self.title = title
         self.console = Console(file=out)
-        self.notifications: list[str] = []
-        self.events: list[str] = []
+        self.notifications: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str]] = []
         self.snapshot: Snapshot | None = None
         self.live = Live(self._render(), console=self.console, refresh_per_second=8)
         self.live.start()
@@ -180,17 +180,33 @@ class RichView:
         if len(shown) > self.NOTIFICATIONS:
             # the first, a count of those left out, the latest
             left_out = len(shown) - self.NOTIFICATIONS + 1
-            shown = [shown[0], f"[dim]({left_out} more)[/]", *shown[-self.NOTIFICATIONS + 2 :]]
+            more = ("", f"[dim]({left_out} more)[/]")
+            shown = [shown[0], more, *shown[-self.NOTIFICATIONS + 2 :]]
         return Group(
             Panel(table, title=self.title),
-            Panel("\n".join(shown) or "(none yet)", title="notifications received"),
-            Panel("\n".join(self.events[-self.EVENTS :]) or "(waiting)", title="events"),
+            Panel(self._lines(shown) or "(none yet)", title="notifications received"),
+            Panel(self._lines(self.events[-self.EVENTS :]) or "(waiting)", title="events"),
         )
 
-    def _line(self, elapsed: float, text: str) -> str:
+    @staticmethod
+    def _lines(lines: list[tuple[str, str]]) -> Any:
+        """``lines`` (time, text) as a grid: a long text wraps under itself, with the time
+        column as its hanging indent, not under the time; ``None`` if there are none."""
+        from rich.table import Table
+
+        if not lines:
+            return None
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column()
+        for when, text in lines:
+            grid.add_row(when, text)
+        return grid
+
+    def _line(self, elapsed: float, text: str) -> tuple[str, str]:
         from rich.markup import escape
 
-        return f"[dim]{elapsed:7.3f}s[/] {escape(text)}"
+        return f"[dim]{elapsed:7.3f}s[/]", escape(text)
 
     def event(self, elapsed: float, text: str) -> None:
         """Add an event (the panel shows the latest)."""
