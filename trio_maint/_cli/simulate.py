@@ -29,7 +29,7 @@ from typing import Any, TextIO
 import attrs
 import trio
 
-from .._net.stream import describe_error
+from .._net.groups import leaves
 from ..testing import (
     MaintenanceSimulator,
     Scenario,
@@ -420,12 +420,29 @@ class _Controller:
 
 
 def _reason(exc: Exception) -> str:
-    """Why a scenario or an injection failed: the sentence of an error the library raises
-    on purpose (ValueError, RuntimeError, OSError such as TimeoutError, with its cause's
-    errno text), the repr of anything else (a bug: its type matters)."""
-    if isinstance(exc, (ValueError, RuntimeError, OSError)):
-        return describe_error(exc)
+    """Why a scenario or an injection failed: the sentence of an error raised on purpose
+    (ValueError, RuntimeError, OSError such as TimeoutError: :func:`_os_reason`), the
+    repr of anything else (a bug: its type matters)."""
+    if isinstance(exc, OSError):
+        return _os_reason(exc)
+    if isinstance(exc, (ValueError, RuntimeError)) and str(exc):
+        return str(exc)
     return repr(exc)
+
+
+def _os_reason(exc: OSError) -> str:
+    """The OS's words for a failed connection, as the library's own messages give them
+    (``Connection refused``): trio's "all attempts to connect to ... failed" carries them
+    in its cause, a group of each attempt's error."""
+    cause = exc.__cause__
+    attempts = leaves(cause) if isinstance(cause, BaseExceptionGroup) else [exc]
+    # the errno's text (trio's strerror names the address again); a resolver error's own
+    reasons = [
+        os.strerror(e.errno) if e.errno > 0 else e.strerror or str(e)
+        for e in attempts
+        if isinstance(e, OSError) and e.errno
+    ]
+    return "; ".join(dict.fromkeys(reasons)) or str(exc) or type(exc).__name__
 
 
 def _jsonable(value: Any) -> Any:
@@ -487,7 +504,7 @@ async def _check_upstream(endpoint: Endpoint) -> None:
             stream = await trio.open_tcp_stream(*endpoint.upstream.address)
         await stream.aclose()
     except (OSError, trio.TooSlowError) as exc:
-        reason = "timed out" if isinstance(exc, trio.TooSlowError) else describe_error(exc)
+        reason = "timed out" if isinstance(exc, trio.TooSlowError) else _os_reason(exc)
         raise SimulateError(
             f"cannot reach the upstream {endpoint.upstream.shown} of {endpoint.name}: {reason}"
         ) from None
