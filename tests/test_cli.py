@@ -49,8 +49,11 @@ def test_demo_json_rides_through_a_real_move(scenario: str) -> None:
     handoffs = report["handoffs"]
     assert handoffs["failed"] == 0
     assert handoffs["connections_moved"] >= report["pool_size"]
-    # at least one completed handoff per pool connection told to move
-    assert handoffs["completed"] >= handoffs["connections_moved"]
+    # one completed handoff per connection told to move: with a null endpoint too, where
+    # the connections reconnect to A's address, which leads to B and sends no MOVING again
+    assert handoffs["completed"] == handoffs["connections_moved"]
+    assert handoffs["closed_before_handoff"] == 0
+    assert f"{handoffs['completed']} completed, 0 failed (" in result.stderr
     check = report["data_check"]
     assert check["intact"] is True
     assert check["server"] == "B"
@@ -118,6 +121,16 @@ def test_demo_other_scenarios(scenario: str, tmp_path: Path) -> None:
         assert report["handoffs"]["failed"] >= 1
         (breaker,) = report["breakers"]  # it opened and kept traffic on A
         assert breaker["opened"] >= 1
+        # the view says so in the order it happened: the breaker opens (after 5 failed
+        # dials, new connections' included), then the handoffs it refuses fail
+        lines = result.stdout.splitlines()
+        opened = [i for i, line in enumerate(lines) if "is now open: 5 dials to it" in line]
+        refused = [i for i, line in enumerate(lines) if "FAILED: CircuitBreakerOpenError" in line]
+        assert len(opened) == 1 and refused and opened[0] < min(refused), result.stdout
+        # new connections go to A while the breaker is open, not to the dead target
+        assert "new ones dial unreachable" not in result.stdout
+        assert "new ones dial A 127.0.0.1:" in result.stdout
+        assert "(the breaker of unreachable 127.0.0.1:" in result.stdout
     else:
         assert [n["name"] for n in report["notifications"]] == ["FAILING_OVER", "FAILED_OVER"]
     assert "trio-maint demo: PASS" in result.stdout

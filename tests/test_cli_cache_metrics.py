@@ -148,6 +148,12 @@ def test_demo_cache_reads_no_stale_value_through_the_window(options: tuple[str, 
         # the tracking connection left A before the switch, not at the deadline
         assert "A closed the cache's tracking connection" in err
         assert "connections still busy on A closed" not in err
+        # every connection told to move has an outcome: the tracking connection's is
+        # "closed by A", counted and said
+        handoffs = report["handoffs"]
+        assert handoffs["closed_before_handoff"] == 1 and handoffs["failed"] == 0
+        assert handoffs["completed"] + 1 == handoffs["connections_moved"]
+        assert "1 of them closed by A before its handoff: the cache's tracking" in err
 
 
 def test_demo_without_cache_has_no_cache_section() -> None:

@@ -16,6 +16,7 @@ import trio
 
 from .. import (
     CacheConfig,
+    CircuitBreakerChanged,
     Endpoint,
     EventsDropped,
     HandoffFailed,
@@ -145,7 +146,6 @@ class _Demo:
         self.phase = "starting"
         self.client: Any = None
         self.handoff_failures = 0
-        self.breaker_states: dict[str, str] = {}
         self.sims: tuple[MaintenanceSimulator, MaintenanceSimulator, tuple[str, int]] | None = None
         self.failure_line_at = -math.inf
         self.stale_check = StaleReadCheck() if cfg.cache else None
@@ -191,6 +191,9 @@ class _Demo:
                 self.observer.event(
                     t, f"{self.handoff_failures} handoffs to {label} failed so far: {event.error}"
                 )
+        elif isinstance(event, CircuitBreakerChanged):
+            # from the event stream, in order with the handoff failures it explains
+            self.observer.event(t, self.breaker_text(event))
         elif isinstance(event, MovingStarted):
             pass
         elif isinstance(event, MalformedNotification):
@@ -205,29 +208,52 @@ class _Demo:
             async for event in events:
                 self.on_event(event)
 
-    def watch_breakers(self, handler: MaintenanceHandler) -> None:
-        for stats in handler.circuit_breaker_stats():
-            key = str(stats.endpoint)
-            state = stats.state.value
-            if self.breaker_states.get(key, "closed") != state:
-                label = self.names.get(key, key)
-                self.observer.event(self.now(), f"circuit breaker for {label} {key} is now {state}")
-            self.breaker_states[key] = state
+    def breaker_text(self, event: CircuitBreakerChanged) -> str:
+        """The line of a breaker's change; an opening says which failures opened it (not
+        only the handoffs the view shows: the pool's new connections dial there too)."""
+        key = event.endpoint
+        text = f"circuit breaker for {self.names.get(key, key)} {key} is now {event.new}"
+        if event.new == "open" and event.old == "closed":
+            config = self.client.maintenance.machine.config
+            text += (
+                f": {config.circuit_breaker_failure_threshold} dials to it failed in a row "
+                "(handoff attempts, which are retried, and new connections, which fell back "
+                "to A); handoffs to it now fail at once"
+            )
+        elif event.new == "open":
+            text += ": a trial dial failed"
+        return text
+
+    def where_to(self, handler: MaintenanceHandler) -> str:
+        """Where the client's connections are and where new ones go, for the live view."""
+        endpoint = handler.state.current_endpoint
+        name = self.names.get(endpoint, "?")
+        where = f"new ones dial {name} {endpoint}"
+        if name != "A":
+            a_text = self.report.endpoints["A"]
+            breakers = handler.circuit_breaker_stats()
+            if any(str(b.endpoint) == endpoint and b.state.value == "open" for b in breakers):
+                where = f"new ones dial A {a_text} (the breaker of {name} {endpoint} is open)"
+            else:
+                where += f" (A {a_text} if it cannot be reached)"
+        if self.sims is None:
+            return where
+        sim_a, sim_b, a_server = self.sims
+        on_a = sum(1 for c in sim_a.connections if c.backend == a_server)
+        pool = self.client.pool.connections
+        due = sum(1 for c in pool if handler.handoff_target(c) is not None)
+        # why there can be more than pool_size: the pool opens others meanwhile
+        waiting = f" ({due} of them waiting for a handoff, the pool opens others)" if due else ""
+        return f"A {on_a} / B {len(sim_b.connections)} connections{waiting}, {where}"
 
     async def refresh(self, handler: MaintenanceHandler, stop: trio.Event) -> None:
         post_handoff = handler.machine.config.post_handoff_relaxed_duration
         while not stop.is_set():
-            self.watch_breakers(handler)
             state = handler.state
             now = self.now()
             relaxed = relaxation([handler], trio.current_time())
             self.report.relaxed_peak = max(self.report.relaxed_peak, relaxed.relaxed)
-            endpoint = state.current_endpoint
-            where = f"{self.names.get(endpoint, '?')} {endpoint}"
-            if self.sims is not None:
-                sim_a, sim_b, a_server = self.sims
-                on_a = sum(1 for c in sim_a.connections if c.backend == a_server)
-                where = f"A {on_a} / B {len(sim_b.connections)} connections, new ones dial {where}"
+            where = self.where_to(handler)
             until = relaxed.until
             self.observer.update(
                 Snapshot(
@@ -340,7 +366,10 @@ class _Demo:
             await trio.sleep_until(moving_at + 0.9 * cfg.announced_time / 2)
             sim_b.stall()
             sim_a.set_backend(sim_b)
-            self.step("server: new connections to A now lead to B")
+            # A's address is B's now (as DNS would have it): B has no MOVING to repeat to
+            # the connections that reconnect there
+            sim_a.forget("MOVING")
+            self.step("server: new connections to A now lead to B (which sends no MOVING)")
         a_address = a_server.address
         pool = self.client.pool
         manager = self.client.maintenance.manager if self.client.maintenance else None
@@ -368,6 +397,7 @@ class _Demo:
                 await trio.sleep(0.002)
         for client_id in tracking:
             await admin_a.execute("CLIENT", "KILL", "ID", client_id)
+        self.report.closed_before_handoff = len(tracking)
         if tracking:
             self.step(
                 "server: A closed the cache's tracking connection (its handoff waits for B), "

@@ -289,6 +289,10 @@ class DemoReport:
     handoffs_completed: int = 0
     handoffs_failed: int = 0
     connections_moved: int = 0
+    #: Connections told to move that A closed before their handoff (``--cache``: the
+    #: cache's tracking connection, whose handoff waits for B; it reconnects): neither
+    #: completed nor failed.
+    closed_before_handoff: int = 0
     latency: dict[str, dict[str, float | int]] = attrs.field(factory=dict)
     window: tuple[float, float] = (math.nan, math.nan)
     duration: float = 0.0
@@ -321,13 +325,19 @@ class DemoReport:
         d = self.as_dict()
         cfg = self.config
         moved = d["handoffs"]["connections_moved"]
+        closed = self.closed_before_handoff
+        told = f"{moved:,} connections told to move"
+        if closed:
+            told += (
+                f"; {closed:,} of them closed by A before its handoff: the cache's tracking "
+                "connection, which reconnected"
+            )
         rows = [
             ("scenario", f"{cfg.scenario} (speed {cfg.speed:g}, {self.duration:.1f} s)"),
             ("commands", f"{self.total_commands:,} total, {self.failed_commands:,} failed"),
             (
                 "handoffs",
-                f"{self.handoffs_completed:,} completed, {self.handoffs_failed:,} failed "
-                f"({moved:,} connections told to move)",
+                f"{self.handoffs_completed:,} completed, {self.handoffs_failed:,} failed ({told})",
             ),
         ]
         relaxed = f"peak {self.relaxed_peak:,} connections, {self.relaxed_at_end:,} at the end"
@@ -413,6 +423,7 @@ class DemoReport:
                     "completed": self.handoffs_completed,
                     "failed": self.handoffs_failed,
                     "connections_moved": self.connections_moved,
+                    "closed_before_handoff": self.closed_before_handoff,
                 },
                 "latency": self.latency,
                 "relaxed": {
