@@ -299,12 +299,20 @@ async def test_handed_over_connection_times_out_on_its_new_socket() -> None:
                 await r.ping()
                 (conn,) = r.pool.connections
                 old_port = conn.port
-                await sim_a.inject_moving(time=1, target=sim_b)
-                for _ in range(100):
-                    await r.ping()
+                # The MOVING reaches the connection while a command holds it, so that it
+                # is read there: sent to the idle connection, it would be read by the next
+                # checkout's idle check, which then finds the only connection taken by
+                # the handoff and dials another; the handed-over one would be closed on
+                # its return to a full pool (as documented).
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(r.execute_command, "DEBUG", "SLEEP", "0.2")
+                    while not conn.in_use:
+                        await trio.sleep(0.001)
+                    await sim_a.inject_moving(time=1, target=sim_b)
+                for _ in range(200):  # no command while the handoff runs, for the same reason
                     if conn.port != old_port:
                         break
-                    await trio.sleep(0.02)
+                    await trio.sleep(0.01)
                 assert conn.port == sim_b.port
                 assert r.pool.connections == [conn]
                 await trio.sleep(0.7)  # past the post-handoff relaxation
