@@ -73,7 +73,9 @@ class FakeHandler(MaintenanceHandler):
         conn._attach(trio.SocketStream(a))
         return conn
 
-    async def _connect(self, push: Any = None) -> tuple[Connection, Endpoint, bool]:
+    async def _connect(
+        self, push: Any = None, *, memory_tls: bool = False
+    ) -> tuple[Connection, Endpoint, bool]:
         target = self.machine.dial_target(trio.current_time())
         await trio.sleep(self.dial_delay)
         return self.socket_connection(target, push), target, False

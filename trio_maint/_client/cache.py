@@ -27,7 +27,14 @@ import trio
 from .._maint.handler import MaintenanceHandler
 from .._maint.link import PubSubLink
 from .._net.connection import Connection
-from .._net.tracking import READ_SIZE, next_frame, read_nowait, wait_readable, write_nowait
+from .._net.tracking import (
+    READ_SIZE,
+    next_frame,
+    output_pending,
+    read_nowait,
+    wait_readable,
+    write_nowait,
+)
 from .._sansio.cache import (
     MALFORMED,
     NOT_INVALIDATION,
@@ -103,8 +110,6 @@ class ClientCache:
         *,
         slots: bool = False,
     ) -> None:
-        if options.ssl:
-            raise ValueError("client-side caching is not available over TLS (docs/caching.md)")
         self.config: Final = config
         self.machine: Final = CacheMachine(config, slots=slots)
         self._options = options
@@ -112,6 +117,7 @@ class ClientCache:
         self._link: PubSubLink | None = None
         if handler.config.enabled:
             self._link = handler.pubsub_link()
+            self._link.memory_tls = True  # TLS read without blocking (rule 1)
             self._link.attach(self)
         self._tracker: Tracker | None = None
         self._live: set[Tracker] = set()  # the current one, and one being handed off
@@ -301,6 +307,7 @@ class ClientCache:
             return False
         if written < len(data):
             tracker.out += data[written:]
+        if written < len(data) or output_pending(tracker.conn):  # (TLS: ciphertext waits)
             tracker.writer_wake.set()
         return True
 
@@ -339,6 +346,8 @@ class ClientCache:
                 count = read_nowait(conn)
                 if count:
                     self._frames(tracker)
+                    if output_pending(conn):  # TLS: an answer the read produced
+                        tracker.writer_wake.set()
                 if count < READ_SIZE:
                     return True  # the socket held less than asked: all of it was read
                 budget -= count
@@ -416,6 +425,8 @@ class ClientCache:
 
     async def _read_loop(self, tracker: Tracker) -> None:
         try:
+            self._frames(tracker)  # what the handshake's reads left buffered, first
+            self._drain(tracker)
             while not tracker.dead:
                 await wait_readable(tracker.conn)
                 if not self._drain(tracker):
@@ -503,7 +514,7 @@ class ClientCache:
             if self._link is not None:
                 conn = await self._link.connect()
             else:
-                conn = await Connection.open(self._options)
+                conn = await Connection.open(self._options, memory_tls=True)
             if not await self._setup(conn):
                 conn.close_nowait()
                 return

@@ -12,7 +12,7 @@ from typing import Any, Final
 import trio
 
 from .._net.connection import Connection
-from .._net.tracking import wait_writable, write_nowait
+from .._net.tracking import output_pending, wait_writable, write_nowait
 from .._sansio.cache import ReadTicket
 from .._sansio.encode import encode_command
 
@@ -91,14 +91,15 @@ class Tracker:
         self.writer_wake = trio.Event()
 
     async def write_loop(self) -> None:
-        """Write what the socket did not take at once, when it takes more (until dead).
+        """Write what the socket did not take at once, when it takes more (until dead);
+        over TLS, also the ciphertext of what it accepted (``output_pending``).
 
         :raises RedisError: the write failed.
         """
         while not self.dead:
             await self.writer_wake.wait()
             self.writer_wake = trio.Event()
-            while self.out and not self.dead:
+            while (self.out or output_pending(self.conn)) and not self.dead:
                 await wait_writable(self.conn)
                 written = write_nowait(self.conn, self.out)
                 del self.out[:written]

@@ -96,15 +96,21 @@ class Dialer:
             self._options.move_to_end(endpoint)
         return opts
 
-    def new_connection(self, endpoint: Endpoint, push: PushHandler | None = None) -> Connection:
-        """A new, unconnected :class:`~trio_maint.lowlevel.Connection` to ``endpoint``."""
+    def new_connection(
+        self, endpoint: Endpoint, push: PushHandler | None = None, *, memory_tls: bool = False
+    ) -> Connection:
+        """A new, unconnected :class:`~trio_maint.lowlevel.Connection` to ``endpoint``
+        (``memory_tls``: see :func:`~trio_maint._net.stream.open_stream`)."""
         return Connection(
             self.options_for(endpoint),
             push_handler=push or self.push_handler,
             handshake_hook=self.handshake_hook,
+            memory_tls=memory_tls,
         )
 
-    async def connect(self, push: PushHandler | None = None) -> tuple[Connection, Endpoint, bool]:
+    async def connect(
+        self, push: PushHandler | None = None, *, memory_tls: bool = False
+    ) -> tuple[Connection, Endpoint, bool]:
         """A connected, handshaken connection to the dial target, or to the configured
         endpoint when the target's breaker refuses or the target cannot be reached:
         ``(conn, endpoint, fell_back)``.
@@ -116,7 +122,7 @@ class Dialer:
         target = machine.dial_target(trio.current_time()) if machine is not None else None
         fell_back = False
         if machine is not None and target is not None and target != self.configured:
-            conn = self.new_connection(target, push)
+            conn = self.new_connection(target, push, memory_tls=memory_tls)
             try:
                 await conn.connect()
             except Exception as exc:
@@ -142,12 +148,12 @@ class Dialer:
             else:
                 machine.dial_result(target, True, trio.current_time())
                 return conn, target, False
-        conn = self.new_connection(self.configured, push)
+        conn = self.new_connection(self.configured, push, memory_tls=memory_tls)
         await conn.connect()
         return conn, self.configured, fell_back
 
     async def connect_for_handoff(
-        self, target: Endpoint, push: PushHandler | None = None
+        self, target: Endpoint, push: PushHandler | None = None, *, memory_tls: bool = False
     ) -> Connection:
         """A connected, handshaken connection to ``target`` for a handoff.
 
@@ -159,11 +165,11 @@ class Dialer:
         timeout = opts.connect_timeout
         try:
             with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
-                stream = await open_stream(opts, unix_path=opts.unix_path)
+                stream = await open_stream(opts, unix_path=opts.unix_path, memory_tls=memory_tls)
         except ConnectionError as exc:
             raise HandoffDialError(f"cannot reach {target}: {exc}") from exc
         if scope.cancelled_caught:
             raise HandoffDialError(f"dialing {target} took longer than {timeout} s")
-        new = self.new_connection(target, push)
+        new = self.new_connection(target, push, memory_tls=memory_tls)
         await new.connect(stream)  # closes the stream on failure
         return new

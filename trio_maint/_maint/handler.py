@@ -205,8 +205,10 @@ class MaintenanceHandler:
 
     # ----------------------------------------------------------------------- dialing
 
-    async def _connect(self, push: PushHandler | None = None) -> tuple[Connection, Endpoint, bool]:
-        return await self._dialer.connect(push)
+    async def _connect(
+        self, push: PushHandler | None = None, *, memory_tls: bool = False
+    ) -> tuple[Connection, Endpoint, bool]:
+        return await self._dialer.connect(push, memory_tls=memory_tls)
 
     async def dial(self) -> Connection:
         """The pool's dialer: a connected, handshaken
@@ -446,8 +448,10 @@ class MaintenanceHandler:
         target = self.machine.attempt_started(item.id, trio.current_time())
         if target is None:
             raise CircuitBreakerOpenError(f"circuit breaker for {endpoint} is open")
-        push = item.push if isinstance(item, PubSubLink) else None
-        new = await self._dialer.connect_for_handoff(target, push)
+        link = item if isinstance(item, PubSubLink) else None
+        push = None if link is None else link.push
+        memory_tls = link is not None and link.memory_tls  # a cache's tracking connection
+        new = await self._dialer.connect_for_handoff(target, push, memory_tls=memory_tls)
         try:
             if isinstance(item, PubSubLink):
                 await item.adopt(new)  # the PubSub owns it from now on
@@ -519,7 +523,7 @@ class MaintenanceHandler:
     async def connect_link(self, link: PubSubLink) -> Connection:
         """A new connection for ``link`` to the current dial target (for
         :meth:`PubSubLink.connect <trio_maint.lowlevel.PubSubLink.connect>`)."""
-        conn, endpoint, fell_back = await self._connect(link.push)
+        conn, endpoint, fell_back = await self._connect(link.push, memory_tls=link.memory_tls)
         now = trio.current_time()
         self._carry_out(
             self.machine.register(link.id, endpoint, now, kind=ConnKind.PUBSUB, fallback=fell_back)

@@ -44,11 +44,15 @@ class PubSubLink:
     """Connection factory, push handler and handoff target of one PubSub.
 
     :ivar id: the subscriber's id in the machine (``int`` < 0, unique per client).
+    :ivar memory_tls: its connections keep TLS in a
+        :class:`~trio_maint._net.tls_memory.MemoryTLSStream` (``bool``; a client-side
+        cache's tracking connection, read without blocking), dials and handoffs alike.
     """
 
     def __init__(self, handler: MaintenanceHandler, link_id: int) -> None:
         self.handler = handler
         self.id = link_id
+        self.memory_tls = False
         self.pubsub: Subscriber | None = None
 
     def __repr__(self) -> str:

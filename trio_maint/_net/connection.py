@@ -88,6 +88,7 @@ class Connection(StreamIO):
         "handshake_hook",
         "last_used",
         "maint_enabled",
+        "memory_tls",
         "server_info",
     )
 
@@ -100,8 +101,10 @@ class Connection(StreamIO):
         unix_path: str | None = None,
         push_handler: PushHandler | None = None,
         handshake_hook: HandshakeHook | None = None,
+        memory_tls: bool = False,
     ) -> None:
         self.id = next(_ids)
+        self.memory_tls = memory_tls
         self.options = options
         self.unix_path = unix_path if unix_path is not None else options.unix_path
         self.host = options.host if host is None else host
@@ -158,7 +161,11 @@ class Connection(StreamIO):
             with trio.move_on_at(deadline) as scope:
                 if stream is None:
                     stream = await open_stream(
-                        self.options, self.host, self.port, unix_path=self.unix_path
+                        self.options,
+                        self.host,
+                        self.port,
+                        unix_path=self.unix_path,
+                        memory_tls=self.memory_tls,
                     )
                 self._attach(stream)
                 await self._handshake()

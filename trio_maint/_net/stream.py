@@ -13,6 +13,7 @@ import trio
 from .._sansio.endpoint import format_host_port
 from .._sansio.errors import ConnectionError, RedisError
 from .._sansio.options import ClientOptions
+from .tls_memory import MemoryTLSStream
 
 __all__ = ["close_stream", "describe_error", "open_stream", "socket_of"]
 
@@ -25,7 +26,7 @@ def socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType:
     :raises TypeError: another kind of stream.
     """
     inner: Any = stream
-    while isinstance(inner, trio.SSLStream):
+    while isinstance(inner, trio.SSLStream | MemoryTLSStream):
         inner = inner.transport_stream
     if isinstance(inner, trio.SocketStream):
         return inner.socket
@@ -38,11 +39,15 @@ async def open_stream(
     port: int | None = None,
     *,
     unix_path: str | None = None,
+    memory_tls: bool = False,
 ) -> trio.abc.Stream:
     """Dial a transport: TCP, TLS over TCP (``options.ssl``), or a Unix socket.
 
     No timeout is applied here; the caller wraps it. ``host``/``port`` default to the
-    options' address.
+    options' address. ``memory_tls``: TLS in a
+    :class:`~trio_maint._net.tls_memory.MemoryTLSStream` (readable without blocking: a
+    cache's tracking connection) instead of a :class:`trio.SSLStream`; the same context
+    and the same name to verify the certificate against.
 
     :raises ConnectionError: the dial or the TLS handshake failed, or the address cannot
         be used at all (a host name that cannot be encoded, such as ``a..b``, or a port
@@ -57,11 +62,13 @@ async def open_stream(
         tcp = await trio.open_tcp_stream(host, port)
         if not options.ssl:
             return tcp
-        tls = trio.SSLStream(
-            tcp,
-            options.make_ssl_context(),
-            server_hostname=options.ssl_server_hostname or host,
-        )
+        context = options.make_ssl_context()
+        name = options.ssl_server_hostname or host
+        tls: trio.SSLStream[trio.SocketStream] | MemoryTLSStream
+        if memory_tls:
+            tls = MemoryTLSStream(tcp, context, server_hostname=name)
+        else:
+            tls = trio.SSLStream(tcp, context, server_hostname=name)
         try:
             await tls.do_handshake()
         except BaseException:

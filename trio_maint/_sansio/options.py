@@ -147,7 +147,7 @@ class ClientOptions:
       one reply's size on the wire; set, every received byte's framing is followed in
       Python (CPU on replies of many small values). See docs/robustness.md.
     * ``cache`` (:class:`~trio_maint.CacheConfig` or ``None``, the default: off):
-      client-side caching, see docs/caching.md. Not with ``ssl`` (``ValueError``).
+      client-side caching, see docs/caching.md (over TLS too).
     """
 
     host: str = "localhost"
@@ -196,8 +196,6 @@ class ClientOptions:
             raise ValueError("min_idle_conns must be <= pool_size")
         if self.unix_path is not None and self.ssl:
             raise ValueError("ssl cannot be used with a Unix socket")
-        if self.cache is not None and self.ssl:
-            raise ValueError("client-side caching (cache=) is not available over TLS yet")
 
     @property
     def frame_limits(self) -> FrameLimits:
