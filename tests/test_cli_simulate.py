@@ -235,12 +235,32 @@ def test_redispy_rides_a_migrate_there_and_back_driven_by_ctl(tmp_path: Path) ->
                 _wait(lambda: writer.acked >= 50, "writes before the move")
                 there = sim.ctl("scenario", "migrate", "--time", "2", "--wait", "--json")
                 assert there.returncode == 0, there.stderr
+                a_url, b_url = f"redis://:***@127.0.0.1:{a_server.port}", b_server.url
+                # A's data and A's clients are on B's server now
+                assert json.loads(there.stdout)["message"].endswith(f"done (now -> {b_url})")
+                assert sim.endpoint(a)["upstream"] == b_url
+                assert sim.endpoint(a)["configured_upstream"] == a_url
                 middle = writer.acked
                 _wait(lambda: writer.acked >= middle + 50, "writes on B")
                 back = sim.ctl("scenario", "migrate", "--on", b, "--to", a, "--time", "2", "--wait")
                 assert back.returncode == 0, back.stderr
+                # the data went to A's own server, and both endpoints forward there
+                assert back.stdout == (
+                    f"{b}: scenario migrate to {a} (endpoint -> {a_url}) done (now -> {a_url})\n"
+                )
                 end = writer.acked
                 _wait(lambda: writer.acked >= end + 50, "writes back on A")
+            # B's server is A's replica now: status and MOVING name the server reached
+            status = sim.ctl("status")
+            assert (
+                f"{b} -> 127.0.0.1:{a_server.port} (upstream {a_url}; started in front of "
+                f"{b_url}): "
+            ) in status.stdout, status.stdout
+            assert f"{a} -> 127.0.0.1:{a_server.port} (upstream {a_url}): " in status.stdout
+            moving = sim.ctl("moving", "--to", b, "--time", "1")
+            assert f" to {b} (endpoint -> {a_url}), time 1 s" in moving.stdout, moving.stdout
+            assert str(b_server.port) not in moving.stdout
+            assert "not-a-real-secret" not in sim.text() + status.stdout
             assert writer.errors == []
             assert writer.acked > middle > 50
             direct = redis.Redis(host="127.0.0.1", port=a_server.port)

@@ -74,11 +74,14 @@ async def there_and_back(load: Load, a: MaintenanceSimulator, b: MaintenanceSimu
     await trio.sleep(0.5)
     first = await migrate(a, b, time=2, grace=1.0)
     assert first.paused_for < 1.0
+    # both now forward to B's server (A's is its replica), whatever they started with
+    assert first.upstream == b.server.address == a.backend_address == b.backend_address
     assert await role(b.server) == "master" and await role(a.server) == "slave"
     assert await load.lost_on(b.server) == []
     await trio.sleep(0.3)
     second = await migrate(b, a, time=2, grace=1.0)
     assert second.seq_id == first.seq_id + 1  # one counter for the two simulators
+    assert second.upstream == a.server.address == a.backend_address == b.backend_address
     assert await role(a.server) == "master" and await role(b.server) == "slave"
     await trio.sleep(0.3)
 

@@ -219,6 +219,27 @@ class _Controller:
 
     # status ---------------------------------------------------------------------
 
+    def upstream_of(self, endpoint: Endpoint) -> str:
+        """The redis-server ``endpoint``'s new connections reach now (after a migrate, the
+        new primary; after a MOVING, through the endpoint it moved to), as its URL when it
+        is an endpoint's ``--upstream`` (redacted), else ``host:port``."""
+        by_address = {sim.address: sim for sim in self.sims.values()}
+        address = self.sims[endpoint.name].backend_address
+        for _ in range(len(by_address)):  # chained endpoints, at most once each
+            if address not in by_address:
+                break
+            address = by_address[address].backend_address
+        for e in self.layout.endpoints:
+            if e.upstream.address == address:
+                return e.upstream.shown
+        return format_address(address)
+
+    def describe(self, target: Endpoint | Address) -> str:
+        """A MOVING target as the clients will find it (an endpoint: where it forwards now)."""
+        if isinstance(target, Endpoint):
+            return describe_target(target, self.upstream_of(target))
+        return describe_target(target)
+
     def status(self) -> dict[str, Any]:
         endpoints = []
         for e in self.layout.endpoints:
@@ -227,7 +248,8 @@ class _Controller:
             endpoints.append(
                 {
                     "listen": e.name,
-                    "upstream": e.upstream.shown,
+                    "upstream": self.upstream_of(e),
+                    "configured_upstream": e.upstream.shown,
                     "backend": format_address(sim.backend_address),
                     "connections": len(conns),
                     "maint_enabled": sum(1 for c in conns if c.maint_enabled),
@@ -245,8 +267,10 @@ class _Controller:
     def _status_text(self) -> str:
         lines = []
         for e in self.status()["endpoints"]:
+            moved = e["upstream"] != e["configured_upstream"]
+            since = f"; started in front of {e['configured_upstream']}" if moved else ""
             lines.append(
-                f"{e['listen']} -> {e['backend']} (upstream {e['upstream']}): "
+                f"{e['listen']} -> {e['backend']} (upstream {e['upstream']}{since}): "
                 f"{e['connections']} connection(s), {e['maint_enabled']} with notifications "
                 f"on, {e['accepted']} accepted"
             )
@@ -269,7 +293,7 @@ class _Controller:
         detail = ""
         if cmd.kind == "moving":
             target = self.layout.target(endpoint, cmd.to) or endpoint.listen
-            detail = f" to {describe_target(target)}, time {cmd.time} s"
+            detail = f" to {self.describe(target)}, time {cmd.time} s"
             seq = await sim.inject_moving(
                 seq_id=cmd.seq,
                 time=cmd.time if cmd.time is not None else 15,
@@ -307,7 +331,9 @@ class _Controller:
             )
         if isinstance(target, Endpoint) and target == endpoint:
             raise ControlError(f"scenario {cmd.name}: {endpoint.name} cannot move to itself")
-        where = f" to {describe_target(target)}"
+        # migrate moves the data to the target's own server; a MOVING sends the clients
+        # wherever the target endpoint forwards now
+        where = f" to {describe_target(target) if cmd.name == 'migrate' else self.describe(target)}"
         dest = self._target(target)
         if cmd.name == "moving":
             built = moving_scenario(dest, time=cmd.time, grace=cmd.grace, compress=cmd.compress)
@@ -360,6 +386,10 @@ class _Controller:
         message = f"{endpoint.name}: scenario {cmd.name}{where} started"
         self.log.say(message, "bold cyan")
 
+        def reach() -> str:
+            """Where the endpoint's new connections go once a move is over."""
+            return f" (now -> {self.upstream_of(endpoint)})" if where else ""
+
         async def run() -> None:
             try:
                 records = await scenario.run(sim)
@@ -376,7 +406,7 @@ class _Controller:
                     }
                     for r in records
                 ]
-                self.log.say(f"{endpoint.name}: scenario {cmd.name} done", "bold cyan")
+                self.log.say(f"{endpoint.name}: scenario {cmd.name} done{reach()}", "bold cyan")
             finally:
                 self.scenario = None
                 self.last = {**state, "ended": timestamp(), **outcome}
@@ -390,7 +420,7 @@ class _Controller:
             return {"ok": False, "error": outcome["error"]}
         return {
             "ok": True,
-            "message": f"{endpoint.name}: scenario {cmd.name}{where} done",
+            "message": f"{endpoint.name}: scenario {cmd.name}{where} done{reach()}",
             "result": self.last,
         }
 

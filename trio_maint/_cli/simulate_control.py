@@ -408,10 +408,11 @@ def decode_reply(line: bytes) -> dict[str, Any]:
     return reply
 
 
-def describe_target(target: Endpoint | Address) -> str:
-    """How a MOVING target is shown."""
+def describe_target(target: Endpoint | Address, upstream: str | None = None) -> str:
+    """How a MOVING target is shown; ``upstream``: where the endpoint forwards now, when
+    that is no longer its ``--upstream`` (after a migrate or a MOVING)."""
     if isinstance(target, Endpoint):
-        return f"{target.name} (endpoint -> {target.upstream.shown})"
+        return f"{target.name} (endpoint -> {upstream or target.upstream.shown})"
     return format_address(target)
 
 

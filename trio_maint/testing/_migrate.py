@@ -34,12 +34,16 @@ class MigrationResult:
     :ivar paused_for: seconds new commands through the simulators (and writes of clients
         connected to the old server directly) were held for the switch (``float``).
     :ivar offset: the replication offset at the switch (``int``).
+    :ivar upstream: ``(host, port)`` of the new primary: the server ``source`` (and
+        ``target`` when it forwarded to the old one) forwards to now, whatever upstream it
+        was started with.
     """
 
     seq_id: int
     moved: list[int]
     paused_for: float
     offset: int
+    upstream: Address
 
 
 async def _replication(conn: RawConnection) -> dict[str, Any]:
@@ -239,4 +243,6 @@ async def migrate(
     await trio.sleep(time + grace if close_after is None else close_after)
     source.forget("MOVING")
     source.close_connections(connections=moved)
-    return MigrationResult(seq_id=seq, moved=moved, paused_for=paused_for, offset=offset)
+    return MigrationResult(
+        seq_id=seq, moved=moved, paused_for=paused_for, offset=offset, upstream=dst_addr
+    )
