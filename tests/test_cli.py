@@ -133,6 +133,10 @@ def test_demo_other_scenarios(scenario: str, tmp_path: Path) -> None:
         assert "(the breaker of unreachable 127.0.0.1:" in result.stdout
     else:
         assert [n["name"] for n in report["notifications"]] == ["FAILING_OVER", "FAILED_OVER"]
+        # the time the notification carries is whole seconds (at least 1); the view says
+        # when the work really starts at --speed 20 (2 s / 20)
+        assert "FAILING_OVER seq=" in result.stdout
+        assert "sent (announced time 1 s; work starts in 0.1 s)" in result.stdout
     assert "trio-maint demo: PASS" in result.stdout
 
 

@@ -96,6 +96,14 @@ async def _replicate(a: RawConnection, b: RawConnection, a_server: RedisServer) 
     await _caught_up(b, await _offset(a))
 
 
+def _starts_in(announced: int, real: float) -> str:
+    """When the work starts, in real (``--speed``-scaled) seconds, and the notification's
+    ``time`` when it says otherwise (whole seconds, at least 1: faster runs round up)."""
+    if announced == real:
+        return f"work starts in {real:g} s"
+    return f"announced time {announced} s; work starts in {real:g} s"
+
+
 def _conn_name(conn_id: int) -> str:
     """``conn 3`` for a pooled connection; the demo's only negative id (a link of the
     maintenance handler) is the cache's tracking connection (``--cache``)."""
@@ -294,7 +302,7 @@ class _Demo:
         lead = cfg.announced_lead
         if cfg.scenario == "failover":
             seq = await sim_a.inject_failing_over(time=lead, remember=True)
-            self.step(f"server: FAILING_OVER seq={seq} sent (work starts in {lead} s)")
+            self.step(f"server: FAILING_OVER seq={seq} sent ({_starts_in(lead, LEAD / speed)})")
             await trio.sleep_until(start + LEAD / speed)
             sim_a.set_latency(FAILOVER_LATENCY)
             self.step(f"server: failover work, replies delayed by {FAILOVER_LATENCY:g} s")
