@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import socket
-import stat
 import threading
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -42,7 +41,6 @@ from ..testing import (
 )
 from .render import timestamp
 from .simulate_control import (
-    MAX_LINE,
     Address,
     ControlError,
     Endpoint,
@@ -56,6 +54,14 @@ from .simulate_control import (
     encode,
     format_address,
     wire_name,
+)
+from .simulate_socket import (
+    ControlPathError,
+    bind_control,
+    prepare_control_path,
+    read_line,
+    remove_control,
+    remove_directory,
 )
 
 __all__ = ["SimulateConfig", "SimulateError", "run_ctl", "run_simulate"]
@@ -102,78 +108,6 @@ class _Log:
             self.out.flush()
         else:
             print(f"{timestamp()} {text}", file=self.out, flush=True)
-
-
-# ------------------------------------------------------------------ control socket
-
-
-def _prepare_control_path(path: str, default: bool) -> None:
-    """Create the default directory (0700, ours) and remove a stale socket; refuse when a
-    simulator already answers there.
-
-    :raises SimulateError: the path is in use, or the directory is not private.
-    """
-    directory = os.path.dirname(path) or "."
-    if default and not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    if default and hasattr(os, "getuid"):
-        info = os.stat(directory)
-        private = info.st_uid == os.getuid() and not stat.S_IMODE(info.st_mode) & 0o077
-        if not private and directory != os.environ.get("XDG_RUNTIME_DIR"):
-            raise SimulateError(
-                f"{directory} must belong to you and be private (chmod 700), or give --control PATH"
-            )
-    if not os.path.lexists(path):
-        return
-    if not stat.S_ISSOCK(os.lstat(path).st_mode):
-        raise SimulateError(f"{path} exists and is not a socket; give another --control PATH")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)  # stale: nobody listens
-    else:
-        raise SimulateError(
-            f"a simulator is already running on the control socket {path}; stop it or give "
-            "another --control PATH"
-        )
-    finally:
-        probe.close()
-
-
-async def _bind_control(path: str) -> trio.SocketListener:
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        old = os.umask(0o177)
-        try:
-            await sock.bind(path)
-        finally:
-            os.umask(old)
-        os.chmod(path, 0o600)
-        sock.listen(16)
-    except BaseException:
-        sock.close()
-        raise
-    return trio.SocketListener(sock)
-
-
-async def _read_line(stream: trio.abc.Stream, buffer: bytearray) -> bytes | None:
-    """The next line without its ``\\n`` (``None`` at EOF).
-
-    :raises ControlError: a line longer than :data:`MAX_LINE`.
-    """
-    while True:
-        end = buffer.find(b"\n")
-        if end >= 0:
-            line = bytes(buffer[:end])
-            del buffer[: end + 1]
-            return line
-        if len(buffer) > MAX_LINE:
-            raise ControlError(f"control line longer than {MAX_LINE} bytes")
-        data = await stream.receive_some(65536)
-        if not data:
-            return None
-        buffer += data
 
 
 # ------------------------------------------------------------------ the controller
@@ -438,7 +372,7 @@ class _Controller:
             try:
                 while True:
                     try:
-                        line = await _read_line(stream, buffer)
+                        line = await read_line(stream, buffer)
                     except ControlError as exc:
                         await stream.send_all(encode({"ok": False, "error": str(exc)}))
                         return
@@ -557,9 +491,13 @@ async def run_simulate(
     log = _Log(out, cfg.use_rich)
     for endpoint in cfg.layout.endpoints:
         await _check_upstream(endpoint)
-    _prepare_control_path(cfg.control, default_control)
+    try:
+        created = prepare_control_path(cfg.control, default_control)
+    except ControlPathError as exc:
+        raise SimulateError(str(exc)) from None
     sims: dict[str, MaintenanceSimulator] = {}
     async with AsyncExitStack() as stack:
+        stack.callback(remove_directory, cfg.control, created)  # last, when empty
         for e in cfg.layout.endpoints:
             host, port = e.listen
             sim = MaintenanceSimulator(backend=e.upstream.address, host=host, port=port)
@@ -572,7 +510,7 @@ async def run_simulate(
         for address in cfg.layout.addresses:
             log.say(f"target {format_address(address)} (an address only)")
         try:
-            listener = await _bind_control(cfg.control)
+            listener = await bind_control(cfg.control)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise SimulateError(f"the control socket {cfg.control} is in use") from None
@@ -593,10 +531,7 @@ async def run_simulate(
                 log.say(f"{why}: stopping")
                 nursery.cancel_scope.cancel()
         finally:
-            try:
-                os.unlink(cfg.control)
-            except OSError:
-                pass
+            remove_control(cfg.control)
     log.say("stopped")
     return 0
 
