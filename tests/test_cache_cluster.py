@@ -2,22 +2,26 @@
 connection per node; a cacheable read goes to the cache of its slot's master. Hits,
 invalidations by another client's writes, and coherence through a real slot migration
 there and back (MIGRATE deletes the moved keys on the source, which invalidates them; the
-reads follow ASK and MOVED through the pool), checked as tests/test_cache_coherence.py
-checks it."""
+reads follow ASK and MOVED through the pool) and through node failovers, planned
+(``CLUSTER FAILOVER``) and unplanned (the master killed, ``CLUSTER FAILOVER TAKEOVER``),
+checked as tests/test_cache_coherence.py checks it."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
+import attrs
 import pytest
 import trio
 
 import trio_maint
 from trio_maint import CacheConfig
+from trio_maint._sansio.replies import parse_info
 from trio_maint._sansio.slots import key_slot
-from trio_maint.testing import LocalCluster
+from trio_maint.testing import ClusterNode, LocalCluster
 
 from .test_cache_coherence import KEYS, Record
 
@@ -228,3 +232,210 @@ async def test_own_write_without_keys_flushes_every_node(
             for cache in caches(rc):
                 stats = cache.stats()
                 assert stats.entries == 0 and stats.flushes.get("own_write") == 1
+
+
+# ------------------------------------------------------------------ node failovers
+
+FAILOVER_READERS = 20
+
+
+def keys_served_by(cluster: LocalCluster, master: ClusterNode, count: int = 20) -> list[str]:
+    """``count`` keys of slots ``master`` serves."""
+    owners = cluster.slot_owners()
+    keys: list[str] = []
+    i = 0
+    while len(keys) < count:
+        key = f"fo:{i}"
+        i += 1
+        if owners[key_slot(key)] == master.node_id:
+            keys.append(key)
+    return keys
+
+
+def replicated(master: ClusterNode, replica: ClusterNode) -> bool:
+    """Whether ``replica`` has applied everything ``master`` wrote (offsets equal)."""
+    offset = parse_info(master.call("INFO", "replication"))["master_repl_offset"]
+    return bool(parse_info(replica.call("INFO", "replication"))["slave_repl_offset"] == offset)
+
+
+@attrs.define
+class FailoverLoad:
+    """A writer (another client) and caching readers on ``keys``, with barriers on every
+    node's cache, recorded as tests/test_cache_coherence.py records them. ``hold`` parks
+    the writer (``idle`` is set once it is parked: no write in flight)."""
+
+    keys: list[str]
+    rec: Record = attrs.field(factory=Record)
+    failed: list[tuple[float, str, Exception]] = attrs.field(factory=list)
+    versions: dict[str, int] = attrs.field(factory=dict)
+    hold: bool = False
+    idle: trio.Event = attrs.field(factory=trio.Event)
+    stop: trio.Event = attrs.field(factory=trio.Event)
+
+    async def write(self, w: trio_maint.RedisCluster) -> None:
+        rng = random.Random(3)
+        self.versions = dict.fromkeys(self.keys, 0)
+        while not self.stop.is_set():
+            if self.hold:
+                self.idle.set()
+                await trio.sleep(0.002)
+                continue
+            key = rng.choice(self.keys)
+            self.versions[key] += 1
+            started = trio.current_time()
+            try:
+                await w.set(key, self.versions[key])
+            except Exception as exc:
+                self.failed.append((started, f"SET {key}", exc))
+            else:
+                self.rec.acks[key].append((trio.current_time(), self.versions[key]))
+            await trio.sleep(0.002)
+
+    async def barrier(self, rc: trio_maint.RedisCluster) -> None:
+        while not self.stop.is_set():
+            began = trio.current_time()
+            for cache in caches(rc):
+                await cache.sync()
+            self.rec.barriers.append((began, trio.current_time()))
+            await trio.sleep(0.003)
+
+    async def read(self, rc: trio_maint.RedisCluster, seed: int) -> None:
+        rng = random.Random(seed)
+        while not self.stop.is_set():
+            key = rng.choice(self.keys)
+            started = trio.current_time()
+            try:
+                value = await rc.get(key)
+            except Exception as exc:
+                self.failed.append((started, f"GET {key}", exc))
+            else:
+                self.rec.reads.append((key, started, int(value) if value is not None else 0))
+            await trio.sleep(0.004)
+
+    async def run(
+        self, url: str, writer: trio_maint.RedisCluster, disturb: Callable[[], Awaitable[None]]
+    ) -> tuple[trio_maint.RedisCluster, list[str]]:
+        """Run the load around ``disturb()``: the caching client (closed) and the keys
+        that do not read back as last written (at least the last acknowledged version,
+        at most the last sent) once all is done."""
+        async with trio_maint.open_redis_cluster(url, cache=CacheConfig(), pool_size=30) as rc:
+            with trio.fail_after(5):
+                await holding(rc, self.keys)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.write, writer)
+                nursery.start_soon(self.barrier, rc)
+                for seed in range(FAILOVER_READERS):
+                    nursery.start_soon(self.read, rc, seed)
+                await trio.sleep(0.5)
+                await disturb()
+                await trio.sleep(0.5)
+                self.stop.set()
+            for cache in caches(rc):
+                await cache.sync()
+            wrong = []
+            for key in self.keys:
+                acks = self.rec.acks[key]
+                value = await rc.get(key)
+                got = int(value) if value is not None else 0
+                if not (acks[-1][1] if acks else 0) <= got <= self.versions[key]:
+                    wrong.append(f"{key}: {value!r}, v{self.versions[key]} written")
+        return rc, wrong
+
+    def report(self, rc: trio_maint.RedisCluster) -> tuple[list[str], dict[str, int]]:
+        """Print the counts, check the load was a load: the stale reads, and the caches'
+        flushes by cause."""
+        stale, in_flight = self.rec.stale()
+        flushes: dict[str, int] = defaultdict(int)
+        for cache in caches(rc):
+            for cause, n in cache.stats().flushes.items():
+                flushes[cause] += n
+        hits = sum(c.stats().hits for c in caches(rc))
+        print(
+            f"reads={len(self.rec.reads)} hits={hits} "
+            f"writes={sum(map(len, self.rec.acks.values()))} barriers={len(self.rec.barriers)} "
+            f"in_flight={in_flight} stale={len(stale)} failed={len(self.failed)} "
+            f"flushes={dict(flushes)} redirections={dict(rc.redirections)}"
+        )
+        assert len(self.rec.reads) > 1000 and len(self.rec.barriers) > 50
+        assert hits > len(self.rec.reads) / 4
+        return stale, flushes
+
+
+async def test_coherent_through_a_node_failover(
+    redis_cluster: LocalCluster, writer: trio_maint.RedisCluster
+) -> None:
+    """A master fails over to its replica (``CLUSTER FAILOVER`` on the replica, planned:
+    the master pauses writes until the replica caught up), and back, under a writer and
+    20 caching readers of keys it serves: 0 stale reads and 0 failed commands. The old
+    master's cache keeps its entries: as a replica it applies the new master's writes
+    and invalidates them (docs/caching.md, "A node failover"). (Only once: a master's
+    replicas get no votes again for ``2 * cluster-node-timeout``.)"""
+    master = redis_cluster.master_of_slot(key_slot("fo:0"))
+    load = FailoverLoad(keys_served_by(redis_cluster, master))
+
+    async def disturb() -> None:
+        replica = await redis_cluster.failover_async(master)
+        await trio.sleep(0.5)
+        assert await redis_cluster.failover_async(replica) is master
+
+    with trio.fail_after(25):
+        rc, wrong = await load.run(redis_cluster.url, writer, disturb)
+    stale, _ = load.report(rc)
+    assert [what for _, what, _ in load.failed] == []
+    assert stale == []
+    assert wrong == []
+    assert rc.redirections["moved"] > 0
+
+
+async def test_coherent_through_an_unplanned_failover(
+    redis_cluster: LocalCluster, writer: trio_maint.RedisCluster
+) -> None:
+    """A master's process is killed (``SIGKILL``) and its replica takes over (``CLUSTER
+    FAILOVER TAKEOVER``), under a writer and 20 caching readers of keys it served: 0
+    stale reads. Commands fail only as docs/cluster.md says they may: written to the
+    master before it died (``ConnectionError``, never sent again). The writer is parked
+    for the kill, once the replica has every write (replication is asynchronous: a write
+    the replica never got would be lost by Redis, not by the cache). A new replica
+    restores the session cluster's shape."""
+    master = redis_cluster.master_of_slot(key_slot("fo:0"))
+    (replica,) = redis_cluster.replicas_of(master)
+    load = FailoverLoad(keys_served_by(redis_cluster, master))
+    killed: list[float] = []
+
+    async def disturb() -> None:
+        load.hold = True
+        with trio.fail_after(5):
+            await load.idle.wait()
+            while not await trio.to_thread.run_sync(replicated, master, replica):
+                await trio.sleep(0.01)
+        process = master.server.process
+        assert process is not None
+        promoted: list[ClusterNode] = []
+
+        async def crash() -> None:
+            promoted.append(await redis_cluster.crash_async(master, timeout=10, takeover=True))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(crash)
+            while process.poll() is None:  # writes resume as soon as the master is dead
+                await trio.sleep(0.001)
+            killed.append(trio.current_time())
+            load.hold = False
+        assert promoted == [replica]
+
+    try:
+        with trio.fail_after(25):
+            rc, wrong = await load.run(redis_cluster.url, writer, disturb)
+    finally:
+        if killed:
+            await redis_cluster.add_node_async(replica_of=replica)
+    stale, flushes = load.report(rc)
+    late = [
+        f"{what} at {started:.3f}: {exc!r}"
+        for started, what, exc in load.failed
+        if started > killed[0] or not isinstance(exc, trio_maint.ConnectionError)
+    ]
+    assert late == []
+    assert stale == []
+    assert wrong == []
+    assert flushes.get("tracking_lost", 0) >= 1  # the dead master's cache

@@ -439,7 +439,9 @@ class LocalCluster:
         """As :meth:`failover`, in a worker thread."""
         return await in_thread(lambda: self.failover(master, force=force))
 
-    def crash(self, master: ClusterNode, *, timeout: float | None = None) -> ClusterNode:
+    def crash(
+        self, master: ClusterNode, *, timeout: float | None = None, takeover: bool = False
+    ) -> ClusterNode:
         """Kill ``master``'s process (``SIGKILL``: an unplanned failover), wait until the
         cluster elects one of its replicas, then ``CLUSTER FORGET`` the dead node on every
         other node and wait until the cluster is ready again. Writes the dead master had
@@ -447,17 +449,23 @@ class LocalCluster:
 
         :param timeout: seconds (``float``) to wait for the election; default
             ``startup_timeout``.
+        :param takeover: send ``CLUSTER FAILOVER TAKEOVER`` to the first replica at once
+            (an operator's promotion, without the cluster's agreement) instead of waiting
+            for the failure detection and the election (about ``node_timeout`` plus 1 s).
         :returns: the new master.
         :raises ClusterError: ``master`` has no replica, or no replica took over in time.
         """
         replicas = self.replicas_of(master)
         if not replicas:
             raise ClusterError(f"{master} has no replica to take over")
+        slots = self.slots_of(master)
         process = master.server.process
         if process is not None and process.poll() is None:
             process.kill()
         master.server.stop()
         self.nodes.remove(master)
+        if takeover:
+            replicas[0].call("CLUSTER", "FAILOVER", "TAKEOVER")
 
         def elected() -> ClusterNode | None:
             for replica in replicas:
@@ -468,16 +476,22 @@ class LocalCluster:
         self._wait(lambda: elected() is not None, "a replica to be elected", timeout)
         new_master = elected()
         assert new_master is not None
+        if takeover and slots:  # every node knows the new owner before the old is forgotten
+
+            def announced() -> bool:
+                return all(self.slot_owners(n)[slots[0]] == new_master.node_id for n in self.nodes)
+
+            self._wait(announced, "the new master to be known", timeout)
         for other in self.nodes:
             other.call("CLUSTER", "FORGET", master.node_id)
         self.wait_ready(timeout)
         return new_master
 
     async def crash_async(
-        self, master: ClusterNode, *, timeout: float | None = None
+        self, master: ClusterNode, *, timeout: float | None = None, takeover: bool = False
     ) -> ClusterNode:
         """As :meth:`crash`, in a worker thread."""
-        return await in_thread(lambda: self.crash(master, timeout=timeout))
+        return await in_thread(lambda: self.crash(master, timeout=timeout, takeover=takeover))
 
     # ------------------------------------------------------------------ membership
 
