@@ -87,3 +87,97 @@ def test_default_control_directory(server: RedisServer, tmp_path: Path, existed:
         assert proc.returncode == 0
         assert (directory / "keep").read_text() == "not the simulator's"
         assert not (directory / "simulate.sock").exists()
+
+
+# ------------------------------------------------------------------ REDISCLI_AUTH
+
+PW = "env-secret-7f3a"
+WRONG = "wrong-secret-91c2"
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trio_maint", *args],
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.fixture
+def locked() -> Iterator[RedisServer]:
+    with RedisServer(extra_args=("--requirepass", PW)) as srv:
+        yield srv
+
+
+def test_monitor_takes_the_password_of_rediscli_auth(locked: RedisServer) -> None:
+    """``monitor URL`` without a password in the URL uses $REDISCLI_AUTH's (the URL's wins);
+    the password is never printed."""
+    url = f"redis://127.0.0.1:{locked.port}"
+    used = _cli("monitor", url, "--duration", "0.3", env=_env(REDISCLI_AUTH=PW))
+    assert used.returncode == 0, used.stderr
+    assert "does not support maintenance notifications" in used.stdout  # logged in
+    wrong = _cli("monitor", url, "--duration", "0.3", env=_env(REDISCLI_AUTH=WRONG))
+    assert wrong.returncode == 1 and "refused the credentials" in wrong.stderr, wrong.stderr
+    with_url = f"redis://:{PW}@127.0.0.1:{locked.port}"
+    url_wins = _cli("monitor", with_url, "--duration", "0.3", env=_env(REDISCLI_AUTH=WRONG))
+    assert url_wins.returncode == 0, url_wins.stderr
+    for result in (used, wrong, url_wins):
+        assert PW not in result.stdout + result.stderr
+        assert WRONG not in result.stdout + result.stderr
+
+
+def test_simulate_checks_the_password_of_rediscli_auth(locked: RedisServer, tmp_path: Path) -> None:
+    """``simulate --upstream`` checks $REDISCLI_AUTH's password at start (a refused one
+    is a one-line error); a monitor through it, with the same variable, follows a MOVING.
+    Neither prints the password."""
+    listen = f"127.0.0.1:{free_port()}"
+    args = ["--listen", listen, "--upstream", f"redis://default@127.0.0.1:{locked.port}"]
+    args += ["--control", str(tmp_path / "c.sock")]
+    refused = _cli("simulate", *args, env=_env(REDISCLI_AUTH=WRONG))
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(
+        f"trio-maint: error: the upstream redis://default@127.0.0.1:{locked.port} of "
+        f"{listen} refused the password: WRONGPASS"
+    ), refused.stderr
+    assert WRONG not in refused.stdout + refused.stderr
+    env = _env(REDISCLI_AUTH=PW)
+    with _simulate(*args, env=env, log=tmp_path / "log"):
+        monitor = subprocess.Popen(
+            [sys.executable, "-m", "trio_maint", "monitor", f"redis://{listen}", "--count", "1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        try:
+            deadline = time.monotonic() + STEP_TIMEOUT
+            while (
+                "1 with notifications on"
+                not in _cli(
+                    "simulate", "ctl", "status", "--control", str(tmp_path / "c.sock"), env=env
+                ).stdout
+            ):
+                assert monitor.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            ctl = [
+                "simulate",
+                "ctl",
+                "moving",
+                "--time",
+                "1",
+                "--control",
+                str(tmp_path / "c.sock"),
+            ]
+            assert _cli(*ctl, env=env).returncode == 0
+            out, _ = monitor.communicate(timeout=STEP_TIMEOUT)
+        finally:
+            if monitor.poll() is None:
+                monitor.kill()
+                monitor.wait()
+        assert monitor.returncode == 0, out
+        assert "MOVING seq=" in out and "stopped after 1 notification(s)" in out, out
+        log = (tmp_path / "log").read_text()
+    assert PW not in out + log and WRONG not in out + log

@@ -176,6 +176,7 @@ def _cmd_monitor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             args.duration,
             args.count,
             args.endpoint_type,
+            os.environ.get("REDISCLI_AUTH") or None,
         )
     except MonitorError as exc:
         raise UsageError(str(exc)) if exc.usage else exc
@@ -192,7 +193,7 @@ examples:
   trio-maint demo                    the maintenance timeline in real time (about 28 s)
   trio-maint demo --speed 10         the same compressed ten times (about 3 s)
   trio-maint demo --cluster          a slot migration on a local Redis Cluster
-  trio-maint monitor rediss://default:$PASSWORD@redis-12000.example.com:12000
+  REDISCLI_AUTH=... trio-maint monitor rediss://default@redis-12000.example.com:12000
   trio-maint simulate --listen 127.0.0.1:7000 --upstream redis://127.0.0.1:6380 \\
       --target 127.0.0.2:7000=redis://127.0.0.1:6381
   trio-maint --log-level info demo   the library's INFO lines too
@@ -222,10 +223,12 @@ apply to --cluster and are refused.
 
 MONITOR_EXAMPLES: Final = """\
 examples:
-  trio-maint monitor rediss://default:$PASSWORD@redis-12000.example.com:12000
+  REDISCLI_AUTH=... trio-maint monitor rediss://default@redis-12000.example.com:12000
   trio-maint monitor redis://127.0.0.1:7000 --count 3      stop after three notifications
   trio-maint monitor redis://127.0.0.1:7000 --duration 60
 
+The password: the URL's, else $REDISCLI_AUTH's (as redis-cli). A password written in the
+URL on the command line shows in ps to other users; the environment variable does not.
 Passwords are never printed: URLs are shown with the password hidden.
 """
 
@@ -357,7 +360,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=raw,
         parents=[common],
     )
-    monitor.add_argument("url", help="redis://[[user]:password@]host[:port][/db] or rediss://")
+    monitor.add_argument(
+        "url",
+        help="redis://[[user]:password@]host[:port][/db] or rediss://; without a password "
+        "in it, $REDISCLI_AUTH's is used",
+    )
     monitor.add_argument(
         "--interval",
         type=positive_float,

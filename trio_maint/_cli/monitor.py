@@ -94,6 +94,7 @@ async def run_monitor(
     duration: float | None = None,
     count: int | None = None,
     endpoint_type: str = "auto",
+    password: str | None = None,
 ) -> int:
     """Monitor ``url`` and return the exit status (0).
 
@@ -104,12 +105,18 @@ async def run_monitor(
 
     :param duration: stop after this many seconds (``float``; ``None`` = until cancelled).
     :param count: stop after this many notifications (``None`` = no limit).
+    :param password: the password when ``url`` has none (``REDISCLI_AUTH``'s, which unlike
+        a URL on the command line does not show in ``ps``); never printed.
     :raises MonitorError: a bad URL or endpoint type (``usage``), or the server could
         not be reached.
     """
     try:
         config = MaintConfig(mode="auto", endpoint_type=endpoint_type)
         options = ClientOptions.from_url(url, pool_size=1, maintenance=config)
+        if options.password is None and password:
+            options = ClientOptions.from_url(
+                url, pool_size=1, maintenance=config, password=password
+            )
     except (ValueError, TypeError) as exc:
         raise MonitorError(str(exc), usage=True) from None
     seen = 0

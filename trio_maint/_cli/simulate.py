@@ -463,15 +463,51 @@ async def _wait_for_stop() -> str:
 
 
 async def _check_upstream(endpoint: Endpoint) -> None:
+    """The upstream accepts a TCP connection, and its password (the URL's or
+    ``REDISCLI_AUTH``'s) when there is one: ``AUTH`` answered ``+OK``, or the error of a
+    server that asks for none."""
+    upstream = endpoint.upstream
+    refused = None
     try:
         with trio.fail_after(5):
-            stream = await trio.open_tcp_stream(*endpoint.upstream.address)
-        await stream.aclose()
-    except (OSError, trio.TooSlowError) as exc:
-        reason = "timed out" if isinstance(exc, trio.TooSlowError) else _os_reason(exc)
+            stream = await trio.open_tcp_stream(*upstream.address)
+            async with stream:
+                if upstream.password is not None:
+                    refused = await _auth_refused(stream, upstream.username, upstream.password)
+    except (OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
+        reason = (
+            _os_reason(exc)
+            if isinstance(exc, OSError)
+            else "timed out"
+            if isinstance(exc, trio.TooSlowError)
+            else "the connection broke"
+        )
         raise SimulateError(
-            f"cannot reach the upstream {endpoint.upstream.shown} of {endpoint.name}: {reason}"
+            f"cannot reach the upstream {upstream.shown} of {endpoint.name}: {reason}"
         ) from None
+    if refused is not None:
+        raise SimulateError(
+            f"the upstream {upstream.shown} of {endpoint.name} refused the password: {refused}"
+        )
+
+
+async def _auth_refused(stream: trio.SocketStream, user: str | None, password: str) -> str | None:
+    """Send ``AUTH [user] password``; the server's error when it refused (never holding the
+    password), else ``None`` (also from a server without a password: it takes anyone)."""
+    args = [b"AUTH", *([user.encode()] if user else []), password.encode()]
+    await stream.send_all(
+        b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+    )
+    reply = b""
+    while b"\r\n" not in reply and len(reply) < 4096:
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            return "the connection was closed"
+        reply += chunk
+    line = reply.split(b"\r\n", 1)[0].decode("utf-8", "replace")
+    if line == "+OK" or (line.startswith("-ERR AUTH") and "without any password" in line):
+        return None
+    return line.lstrip("-").replace(password, "***")[:200]
 
 
 async def run_simulate(

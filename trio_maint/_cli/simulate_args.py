@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any, Final, TextIO
 
 import trio
@@ -73,8 +74,9 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.listen is None or args.upstream is None:
         raise UsageError("simulate needs --listen HOST:PORT and --upstream URL (or: simulate ctl)")
     try:
-        first = Endpoint(parse_address(args.listen), parse_upstream(args.upstream))
-        targets = [parse_target(t) for t in args.target]
+        password = os.environ.get("REDISCLI_AUTH") or None  # as redis-cli: not in `ps`
+        first = Endpoint(parse_address(args.listen), parse_upstream(args.upstream, password))
+        targets = [parse_target(t, password) for t in args.target]
         layout = Layout(
             (first, *[t for t in targets if isinstance(t, Endpoint)]),
             tuple(t for t in targets if not isinstance(t, Endpoint)),
@@ -137,7 +139,11 @@ def add_simulate(sub: Any, shared: argparse.ArgumentParser) -> None:
     )
     simulate.add_argument("--listen", metavar="HOST:PORT", help="where clients connect")
     simulate.add_argument(
-        "--upstream", metavar="URL", help="redis://host:port of your redis-server (or HOST:PORT)"
+        "--upstream",
+        metavar="URL",
+        help="redis://host:port of your redis-server (or HOST:PORT); a password, checked "
+        "at start, comes from $REDISCLI_AUTH when the URL has none (one written in the URL "
+        "shows in ps)",
     )
     simulate.add_argument(
         "--target",

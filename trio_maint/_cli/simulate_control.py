@@ -18,7 +18,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from typing import Any, TypeAlias
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import attrs
 
@@ -101,24 +101,30 @@ class Upstream:
 
     :ivar address: its ``(host, port)``.
     :ivar shown: how to print it: the URL with its password hidden, or ``host:port``.
+    :ivar username: the URL's user name, if any.
+    :ivar password: the URL's password, else ``REDISCLI_AUTH``'s (``None``: none); only
+        checked at start (``AUTH``), never shown.
     """
 
     address: Address
     shown: str
+    username: str | None = attrs.field(default=None, repr=False)
+    password: str | None = attrs.field(default=None, repr=False)
 
 
-def parse_upstream(text: str) -> Upstream:
+def parse_upstream(text: str, password: str | None = None) -> Upstream:
     """``redis://[[user]:password@]host[:port][/db]`` or ``host:port``.
 
-    The simulator forwards bytes, so user, password and database in the URL are not used
-    (the client authenticates and selects through it); only ``redis://`` over TCP can be
+    The simulator forwards bytes, so the client authenticates and selects through it; the
+    user name and password (the URL's, else ``password``: ``REDISCLI_AUTH``'s) are only
+    checked at start, the database is not used; only ``redis://`` over TCP can be
     simulated.
 
     :raises ControlError: ``rediss://`` or ``unix://``, or an address that does not parse;
         the message shows the URL redacted.
     """
     if "://" not in text:
-        return Upstream(parse_address(text), text)
+        return Upstream(parse_address(text), text, None, password)
     shown = redact_url(text)
     parts = urlsplit(text)
     scheme = parts.scheme.lower()
@@ -130,7 +136,9 @@ def parse_upstream(text: str) -> Upstream:
         raise ControlError(f"bad port in {shown}") from None
     if not host:
         raise ControlError(f"no host in {shown}")
-    return Upstream((host, port or 6379), shown)
+    user = unquote(parts.username) if parts.username else None
+    secret = unquote(parts.password) if parts.password else password
+    return Upstream((host, port or 6379), shown, user, secret)
 
 
 @attrs.frozen
@@ -150,18 +158,18 @@ class Endpoint:
         return format_address(self.listen)
 
 
-def parse_target(text: str) -> Endpoint | Address:
+def parse_target(text: str, password: str | None = None) -> Endpoint | Address:
     """``--target``: ``LISTEN=UPSTREAM`` is another simulator endpoint of this process (it
     listens on ``LISTEN`` and forwards to ``UPSTREAM``); a bare ``HOST:PORT`` is only an
     address a MOVING may point to (anything the clients can reach: a server, another
-    ``trio-maint simulate``).
+    ``trio-maint simulate``). ``password``: the upstream's when its URL has none.
 
     :raises ControlError: a part does not parse.
     """
     listen, sep, upstream = text.partition("=")
     if not sep:
         return parse_address(text)
-    return Endpoint(parse_address(listen), parse_upstream(upstream))
+    return Endpoint(parse_address(listen), parse_upstream(upstream, password))
 
 
 @attrs.frozen
