@@ -321,6 +321,18 @@ def test_metrics_port_without_prometheus_client_is_one_line(
     assert ".venv/bin/pip install -e '.[prometheus]'" in err
 
 
+def test_plot_without_matplotlib_says_the_same_install_form(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--plot's hint is written as --metrics-port's: the checkout's .venv/bin/pip."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    assert main(["demo", "--plot", str(tmp_path / "demo.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "--plot needs matplotlib (extra 'plot')" in err
+    assert "(or, from a checkout: .venv/bin/pip install -e '.[plot]')" in err
+
+
 def test_metrics_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("prometheus_client")
     with socket.socket() as taken:

@@ -272,7 +272,7 @@ def plot_hint() -> str:
     """How to install matplotlib for the Python running this command."""
     return (
         f"--plot needs matplotlib (extra 'plot'): {sys.executable} -m pip install matplotlib "
-        "(or, from a checkout: pip install -e '.[plot]')"
+        "(or, from a checkout: .venv/bin/pip install -e '.[plot]')"
     )
 
 
