@@ -58,13 +58,26 @@ def typecheck(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks (benchmarks/README.md): trio_maint against redis-py asyncio (hiredis) and
     redis-benchmark, parser, maintenance overhead, handoff storm, memory, cluster, the
-    simulator's pass-through against direct redis-benchmark, telemetry. Not a default
+    simulator's pass-through against direct redis-benchmark, telemetry, the peers side by
+    side (coredis on Trio, valkey-glide, redis-py, bare hiredis loops). Not a default
     session; ``nox -s bench -- --smoke`` for a quick run. redis-py is installed here only."""
     _require_redis_server(session)
     # opentelemetry-sdk and prometheus-client: the telemetry benchmark's exporters.
+    # coredis and valkey-glide: bench_peers's peers (here only, never in an extra).
     session.install(
-        "-e", ".[otel,prometheus]", "opentelemetry-sdk", "redis[hiredis]>=5.0", "pyinstrument"
+        "-e",
+        ".[otel,prometheus]",
+        "opentelemetry-sdk",
+        "redis[hiredis]>=5.0",
+        "pyinstrument",
+        "coredis",
     )
+    try:
+        # A Rust core shipped as wheels for some platforms only: bench_peers skips it
+        # (and says so) where it is missing.
+        session.install("valkey-glide")
+    except nox.command.CommandFailed:
+        session.warn("valkey-glide did not install here: the peers benchmark skips it")
     session.run("python", "-m", "benchmarks", *session.posargs)
 
 

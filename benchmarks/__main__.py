@@ -27,6 +27,7 @@ BENCHMARKS = {
     "simulator": "benchmarks.bench_simulator",
     "telemetry": "benchmarks.bench_telemetry",
     "cache": "benchmarks.bench_cache",
+    "peers": "benchmarks.bench_peers",
 }
 
 

@@ -32,8 +32,22 @@ BENCHMARKS = {
     "simulator": "benchmarks.bench_simulator",
     "telemetry": "benchmarks.bench_telemetry",
     "cache": "benchmarks.bench_cache",
+    "peers": "benchmarks.bench_peers",
 }
 HAVE_REDIS_PY = importlib.util.find_spec("redis") is not None
+HAVE_COREDIS = importlib.util.find_spec("coredis") is not None
+#: Extra arguments of a smoke run: the peers' 6 cases x 7 clients in a few seconds.
+EXTRA_ARGS = {"peers": ["--duration", "0.05"]}
+PEER_CASES = {"seq_get", "pool50_setget", "pipeline100", "mixed50", "big_get", "big_get10"}
+PEER_CLIENTS = (
+    "trio_maint",
+    "coredis",
+    "valkey-glide",
+    "redis-py",
+    "bare-trio",
+    "bare-asyncio",
+    "redis-benchmark",
+)
 
 
 def _have_redis_server() -> bool:
@@ -159,17 +173,49 @@ def check_document(name: str, doc: dict[str, Any]) -> None:
             assert ("redis-py cached" in entry) == (HAVE_REDIS_PY and case != "hit_50tasks")
         assert doc["memory"]["trio_maint"]["bytes_per_entry"] > 0
         assert ("redis-py" in doc["memory"]) == HAVE_REDIS_PY
+    elif name == "peers":
+        check_peers(doc)
     elif name == "memory":
         for variant in ("disabled", "enabled"):
             check_summary(doc["results"][variant]["per_1000_mib"])
         assert doc["results"]["enabled"]["rounds"][0]["opted_in"] > 0
 
 
+def check_peers(doc: dict[str, Any]) -> None:
+    """Every client either measured in every case or skipped with a reason; the bare loops
+    and trio_maint always measured; coredis wherever it is installed (on Trio)."""
+    clients = doc["clients"]
+    assert clients[0] == "trio_maint"
+    assert {"bare-trio", "bare-asyncio"} <= set(clients)
+    for client in PEER_CLIENTS:
+        assert (client in clients) != (client in doc["skipped"]), client
+    assert ("coredis" in clients) == HAVE_COREDIS
+    assert ("redis-py" in clients) == HAVE_REDIS_PY
+    if HAVE_COREDIS:
+        assert doc["client_info"]["coredis"]["async_library"] == "trio"
+    assert doc["errors"] == {}
+    assert set(doc["cases"]) == PEER_CASES
+    for case, entry in doc["cases"].items():
+        for client in clients:
+            if client == "redis-benchmark" and case == "mixed50":  # it has no mixed workload
+                assert client not in entry
+                assert entry["ratios"]["trio_maint/redis-benchmark"] is None
+                continue
+            check_summary(entry[client])
+            assert entry[client]["median"] > 0
+            check_summary(entry[client]["cpu_us_per_op"])
+            if client != "trio_maint":
+                check_summary(entry["ratios"][f"trio_maint/{client}"])
+                check_summary(entry["cpu_ratios"][f"trio_maint/{client}"])
+
+
 # parser runs through the runner below (the cheapest, so the runner is tested cheaply).
 @pytest.mark.parametrize("name", [n for n in BENCHMARKS if n != "parser"])
 def test_smoke(name: str, tmp_path: Path) -> None:
     out = tmp_path / f"{name}.json"
-    proc = run([BENCHMARKS[name], "--smoke", "--out", str(out)], tmp_path)
+    proc = run(
+        [BENCHMARKS[name], "--smoke", "--out", str(out), *EXTRA_ARGS.get(name, [])], tmp_path
+    )
     assert "##" in proc.stdout  # printed its table
     check_document(name, json.loads(out.read_text()))
 
