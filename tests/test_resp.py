@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_maint import DataError, ProtocolError, ResponseError, WrongTypeError
-from trio_maint._sansio.resp import NEED_DATA, PushNotification, RespParser, encode_command, is_push
+from trio_maint._sansio.resp import (
+    NEED_DATA,
+    PushNotification,
+    RespParser,
+    encode_command,
+    encode_commands,
+    is_push,
+)
 
 
 def test_encode_command_types() -> None:
@@ -26,6 +33,22 @@ def test_encode_rejects_other_types_naming_the_argument(bad: Any) -> None:
     with pytest.raises(DataError, match=r"argument 2") as info:
         encode_command(("SET", "k", bad))
     assert type(bad).__name__ in str(info.value)
+
+
+def test_encode_commands_is_the_commands_encoded_one_after_another() -> None:
+    commands = [("GET", "k"), ("SET", b"k", 1, 1.5), ("ECHO", memoryview(b"ab"))]
+    assert encode_commands(commands) == b"".join(encode_command(c) for c in commands)
+    assert encode_commands([]) == b""
+
+
+@pytest.mark.parametrize("bad", [None, True, "bad\udcff"])
+def test_encode_commands_names_the_first_command_that_does_not_encode(bad: Any) -> None:
+    # The batch (one pass in C) fails as a whole; the DataError is the failing command's
+    # own, as encode_command's, without hiredis's error (which holds the value) attached.
+    commands = [("GET", "k"), ("SETEX", "k", 10, bad), ("SET", "k", None)]
+    with pytest.raises(DataError, match=r"argument 3 of SETEX") as info:
+        encode_commands(commands)
+    assert info.value.__cause__ is None and info.value.__context__ is None
 
 
 def parse_all(data: bytes, encoding: str | None = None) -> list[Any]:

@@ -43,7 +43,7 @@ from .script import PipelineScripting, resend_noscript
 if TYPE_CHECKING:
     from .redis import Redis
 
-__all__ = ["Pipeline", "caller_deadline"]
+__all__ = ["Pipeline", "caller_deadline", "pipeline_results"]
 
 
 def caller_deadline() -> float | None:
@@ -78,6 +78,8 @@ class Pipeline(PipelineScripting, PipelineCommands):
         self._client = client
         self.transaction = transaction
         self._stack: list[tuple[tuple[CommandArg, ...], Callback | None]] = []
+        # A queued command has a callback: execute() applies them (else replies as read).
+        self._callbacks = False
         # A blocking command was queued: execute() works out the reply wait.
         self._blocking = False
         self._reply_wait: float | Literal[Unset.UNSET] | None = UNSET
@@ -118,6 +120,8 @@ class Pipeline(PipelineScripting, PipelineCommands):
             return self._defer_immediate(args, callback)
         if timeout is not UNSET:  # a blocking command (see _blocking_timeout)
             self._blocking = True
+        if callback is not None:
+            self._callbacks = True
         self._stack.append((args, callback))
         return self
 
@@ -275,6 +279,7 @@ class Pipeline(PipelineScripting, PipelineCommands):
             return await self._observed_execute(observer, raise_on_error)
         self._check_no_immediate()
         stack, self._stack = self._stack, []
+        callbacks, self._callbacks = self._callbacks, False
         if self._blocking:
             self._blocking = False
             # Inside MULTI/EXEC nothing blocks: only a plain pipeline waits longer.
@@ -287,18 +292,27 @@ class Pipeline(PipelineScripting, PipelineCommands):
             write = own_writes([a for a, _ in stack])  # change, before the send and after
             if write is not None:
                 cache.invalidate_write(write)
+        ran = False
         try:
             if not stack and not self.watching:
                 await trio.lowlevel.checkpoint()
                 return []
             if self.transaction or self._explicit_multi:
-                # Each script's first call as EVAL: no NOSCRIPT inside EXEC (script.py).
-                return await self._execute_transaction(first_calls_as_eval(stack), raise_on_error)
-            return await self._execute_pipeline(stack, raise_on_error)
+                if callbacks:  # each script's first call as EVAL: no NOSCRIPT inside EXEC
+                    stack = first_calls_as_eval(stack)  # (script.py; a script call has one)
+                replies = await self._execute_transaction(stack, callbacks)
+            else:
+                replies = await self._execute_pipeline(stack, callbacks)
+            ran = True
         finally:
             if write is not None and cache is not None:
                 cache.invalidate_write(write)
-            await self.reset()
+            if ran and self._conn is None:
+                # The commands' reply was a schedule point: no second one (reset's).
+                self._clear()
+            else:
+                await self.reset()
+        return pipeline_results(replies, stack, callbacks, raise_on_error)
 
     async def _observed_execute(self, observer: CommandObserver, raise_on_error: bool) -> list[Any]:
         """:meth:`execute` reported to ``observer`` as one operation (``MULTI`` for a
@@ -414,34 +428,33 @@ class Pipeline(PipelineScripting, PipelineCommands):
         return tracker.results()
 
     async def _execute_pipeline(
-        self, stack: list[tuple[tuple[CommandArg, ...], Callback | None]], raise_on_error: bool
+        self, stack: list[tuple[tuple[CommandArg, ...], Callback | None]], callbacks: bool
     ) -> list[Any]:
+        """The replies of a plain pipeline's commands, in order, error replies as values
+        (callbacks not applied: :func:`pipeline_results`)."""
         replies = await self._run([args for args, _ in stack])
-        if NoScriptError in map(type, replies):  # script calls resent as EVAL (script.py)
+        # A NOSCRIPT reply comes only to a script call, which has a callback.
+        if callbacks and NoScriptError in map(type, replies):  # resent as EVAL (script.py)
             replies = await resend_noscript(
                 stack, replies, lambda _i, s: self._run([a for a, _ in s])
             )
-        results = [
-            r if isinstance(r, RedisError) or cb is None else apply_callback(cb, r, args)
-            for r, (args, cb) in zip(replies, stack, strict=True)
-        ]
-        if raise_on_error:
-            _raise_first_error(results, stack)
-        return results
+        return replies
 
     async def _execute_transaction(
-        self, stack: list[tuple[tuple[CommandArg, ...], Callback | None]], raise_on_error: bool
+        self, stack: list[tuple[tuple[CommandArg, ...], Callback | None]], callbacks: bool
     ) -> list[Any]:
+        """``EXEC``'s reply, one item per command of ``stack`` (callbacks not applied:
+        :func:`pipeline_results`)."""
         commands: list[tuple[CommandArg, ...]] = [("MULTI",)]
         commands += [args for args, _ in stack]
         commands.append(("EXEC",))
         replies = await self._run(commands, transaction=True)
-        queued, exec_reply = replies[1:-1], replies[-1]
+        exec_reply = replies[-1]
         if isinstance(replies[0], RedisError):
             raise replies[0]
         if isinstance(exec_reply, ExecAbortError | ResponseError):
             # A command was refused while queueing: report that command's own error.
-            for index, reply in enumerate(queued):
+            for index, reply in enumerate(replies[1:-1]):
                 if isinstance(reply, ResponseError):
                     _annotate(reply, index, stack[index][0])
                     raise reply
@@ -450,17 +463,22 @@ class Pipeline(PipelineScripting, PipelineCommands):
             raise WatchError("watched keys changed: the transaction was not executed")
         if not isinstance(exec_reply, list) or len(exec_reply) != len(stack):
             raise ResponseError(f"unexpected EXEC reply: {exec_reply!r:.200}")
-        results = [
-            r if isinstance(r, RedisError) or cb is None else apply_callback(cb, r, args)
-            for r, (args, cb) in zip(exec_reply, stack, strict=True)
-        ]
-        if raise_on_error:
-            _raise_first_error(results, stack)
-        return results
+        return exec_reply
+
+    def _clear(self) -> None:
+        """:meth:`reset`'s local part, for a pipeline holding no connection."""
+        self._stack = []
+        self._callbacks = False
+        self._blocking = False
+        self._reply_wait = UNSET
+        self._explicit_multi = False
+        self._immediate = None
+        self.watching = False
 
     async def reset(self) -> None:
         """Drop queued commands, ``UNWATCH``, and give the held connection back."""
         self._stack = []
+        self._callbacks = False
         self._blocking = False
         self._reply_wait = UNSET
         self._explicit_multi = False
@@ -484,6 +502,38 @@ class Pipeline(PipelineScripting, PipelineCommands):
 def _annotate(error: RedisError, index: int, args: tuple[CommandArg, ...]) -> None:
     name = args[0] if args else "?"
     error.add_note(f"command #{index + 1} in the pipeline ({name!r})")
+
+
+def pipeline_results(
+    replies: list[Any],
+    stack: list[tuple[tuple[CommandArg, ...], Callback | None]],
+    callbacks: bool,
+    raise_on_error: bool,
+) -> list[Any]:
+    """What :meth:`Pipeline.execute` returns (and the cluster's): ``replies`` (one per
+    entry of ``stack``) with the callbacks applied to all but error replies (``callbacks``
+    ``False``: ``stack`` has none); with ``raise_on_error``, the first error reply raised
+    instead, annotated with its command. The usual case (no callback, no error reply) is
+    one pass in C over the replies' types, and ``replies`` itself."""
+    errors = False
+    for kind in set(map(type, replies)):
+        if issubclass(kind, RedisError):
+            errors = True
+            break
+    if not errors:
+        if not callbacks:
+            return replies
+        return [
+            r if cb is None else apply_callback(cb, r, args)
+            for r, (args, cb) in zip(replies, stack, strict=True)
+        ]
+    results = [
+        r if isinstance(r, RedisError) or cb is None else apply_callback(cb, r, args)
+        for r, (args, cb) in zip(replies, stack, strict=True)
+    ]
+    if raise_on_error:
+        _raise_first_error(results, stack)
+    return results
 
 
 def _raise_first_error(

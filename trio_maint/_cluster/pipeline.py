@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias
 
 import trio
 
-from .._client.pipeline import caller_deadline
+from .._client.pipeline import caller_deadline, pipeline_results
 from .._client.script import PipelineScripting, resend_noscript
 from .._net.groups import unwrap_group
 from .._sansio.blocking import TimeUnit, command_timeout, pipeline_reply_timeout, reply_timeout
@@ -28,7 +28,7 @@ from .._sansio.errors import (
     check_command,
 )
 from .._sansio.errors import TimeoutError as RedisTimeoutError
-from .._sansio.replies import Callback, apply_callback
+from .._sansio.replies import Callback
 from .._sansio.resend import PipelineRetry
 from .._sansio.resp import CommandArg
 from .._sansio.retry import (
@@ -176,18 +176,7 @@ class ClusterPipeline(PipelineScripting, PipelineCommands):
         finally:
             if write is not None:
                 write_end(cluster, write)
-        results = [
-            r if isinstance(r, RedisError) or cb is None else apply_callback(cb, r, args)
-            for r, (args, cb) in zip(replies, stack, strict=True)
-        ]
-        if raise_on_error:
-            for index, result in enumerate(results):
-                if isinstance(result, RedisError):
-                    result.add_note(
-                        f"command #{index + 1} in the pipeline ({stack[index][0][0]!r})"
-                    )
-                    raise result
-        return results
+        return pipeline_results(replies, stack, True, raise_on_error)
 
     async def _send(
         self, node: Node, commands: list[tuple[CommandArg, ...]]

@@ -41,6 +41,7 @@ from .._sansio.resp import (
     RespParser,
     RespValue,
     encode_command,
+    encode_commands,
 )
 from .._sansio.unset import UNSET, Unset
 from .stream import close_stream, open_stream, socket_of
@@ -331,7 +332,7 @@ class Connection(StreamIO):
         :raises: as :meth:`execute`.
         """
         try:
-            data = b"".join([encode_command(args) for args in commands])
+            data = encode_commands(commands)
         except DataError:
             await _unsent_checkpoint()
             raise

@@ -3,7 +3,7 @@ strings, packed by :func:`hiredis.pack_command`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
 import hiredis
@@ -15,6 +15,9 @@ __all__ = ["CommandArg", "encode_command", "encode_commands"]
 
 #: A value a command argument may have.
 CommandArg: TypeAlias = str | bytes | memoryview | int | float
+
+# hiredis's stub types the argument as a 1-tuple and leaves the result untyped.
+_pack: Callable[[tuple[CommandArg, ...]], bytes] = hiredis.pack_command  # type: ignore[assignment]
 
 
 def _describe_bad_arg(args: Sequence[object]) -> DataError:
@@ -41,9 +44,19 @@ def encode_command(args: tuple[CommandArg, ...]) -> bytes:
     raise _describe_bad_arg(args)
 
 
-def encode_commands(commands: Iterable[tuple[CommandArg, ...]]) -> bytes:
-    """Encode several commands for one write (pipelines and transactions).
+def encode_commands(commands: Sequence[tuple[CommandArg, ...]]) -> bytes:
+    """Encode several commands for one write (pipelines and transactions), in one pass:
+    hiredis is called from C (``map``), with no Python frame per command.
 
-    :raises DataError: as :func:`encode_command`.
+    :raises DataError: as :func:`encode_command`, for the first command that cannot be
+        encoded (nothing is returned for the others).
     """
-    return b"".join([encode_command(args) for args in commands])
+    try:
+        return b"".join(map(_pack, commands))
+    except (TypeError, UnicodeError):
+        pass
+    # The slow path, outside the handler (hiredis's error holds the value): the first
+    # command that does not encode raises its own DataError.
+    for args in commands:
+        encode_command(args)
+    raise DataError("a command could not be encoded")  # pragma: no cover - not reached
