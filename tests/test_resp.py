@@ -45,7 +45,7 @@ def test_encode_commands_is_the_commands_encoded_one_after_another() -> None:
 def test_encode_commands_names_the_first_command_that_does_not_encode(bad: Any) -> None:
     # The batch (one pass in C) fails as a whole; the DataError is the failing command's
     # own, as encode_command's, without hiredis's error (which holds the value) attached.
-    commands = [("GET", "k"), ("SETEX", "k", 10, bad), ("SET", "k", None)]
+    commands: list[Any] = [("GET", "k"), ("SETEX", "k", 10, bad), ("SET", "k", None)]
     with pytest.raises(DataError, match=r"argument 3 of SETEX") as info:
         encode_commands(commands)
     assert info.value.__cause__ is None and info.value.__context__ is None
