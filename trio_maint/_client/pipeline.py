@@ -466,23 +466,22 @@ class Pipeline(PipelineScripting, PipelineCommands):
         return exec_reply
 
     def _clear(self) -> None:
-        """:meth:`reset`'s local part, for a pipeline holding no connection."""
+        """:meth:`reset` for a pipeline holding no connection, without its checkpoint."""
+        self._clear_queue()
+        self.watching = False
+
+    def _clear_queue(self) -> None:
+        """Forget the queued commands and what was worked out from them."""
         self._stack = []
         self._callbacks = False
         self._blocking = False
         self._reply_wait = UNSET
         self._explicit_multi = False
         self._immediate = None
-        self.watching = False
 
     async def reset(self) -> None:
         """Drop queued commands, ``UNWATCH``, and give the held connection back."""
-        self._stack = []
-        self._callbacks = False
-        self._blocking = False
-        self._reply_wait = UNSET
-        self._explicit_multi = False
-        self._immediate = None
+        self._clear_queue()
         conn, self._conn = self._conn, None
         if conn is None:
             self.watching = False
