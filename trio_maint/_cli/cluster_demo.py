@@ -30,11 +30,10 @@ from .. import (
 from ..testing import LocalCluster
 from .cache_watch import StaleReadCheck, cache_document, cache_rows
 from .metrics import instrumented
-from .observe import NotificationLog, Silent, recent_rate, relaxation
+from .observe import NotificationLog, Silent, relaxation, workload_snapshot
 from .report import (
     DemoError,
     Observer,
-    Snapshot,
     errors_text,
     latency_rows,
     phase_summary,
@@ -297,13 +296,11 @@ class _ClusterDemo:
             self.report.relaxed_peak = max(self.report.relaxed_peak, relaxed.relaxed)
             masters = len(rc.slot_map.masters)
             self.observer.update(
-                Snapshot(
-                    elapsed=now,
-                    phase=self.phase,
-                    ops_per_second=recent_rate(self.stats.ops, now),
-                    total=len(self.stats.ops),
-                    failed=len(self.stats.failed_at),
-                    relaxed=relaxed.relaxed,
+                workload_snapshot(
+                    self.stats,
+                    now,
+                    self.phase,
+                    relaxed,
                     endpoint=f"{masters} masters, {len(nodes)} node clients{self.moving}",
                     extra=(
                         ("redirections", redirections_text(dict(rc.redirections))),

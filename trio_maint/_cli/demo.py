@@ -42,7 +42,7 @@ from ..testing import (
 )
 from .cache_watch import StaleReadCheck, cache_document, cache_rows
 from .metrics import instrumented
-from .observe import NotificationLog, Silent, recent_rate, relaxation
+from .observe import NotificationLog, Silent, relaxation, workload_snapshot
 from .report import (
     FAILOVER_LATENCY,
     LEAD,
@@ -51,7 +51,6 @@ from .report import (
     DemoError,
     DemoReport,
     Observer,
-    Snapshot,
     phase_summary,
 )
 from .workload import WorkloadStats, run_task
@@ -264,13 +263,11 @@ class _Demo:
             where = self.where_to(handler)
             until = relaxed.until
             self.observer.update(
-                Snapshot(
-                    elapsed=now,
-                    phase=self.phase,
-                    ops_per_second=recent_rate(self.stats.ops, now),
-                    total=len(self.stats.ops),
-                    failed=len(self.stats.failed_at),
-                    relaxed=relaxed.relaxed,
+                workload_snapshot(
+                    self.stats,
+                    now,
+                    self.phase,
+                    relaxed,
                     handoffs=(
                         state.pending_handoffs,
                         state.completed_handoffs,

@@ -1,6 +1,7 @@
 """What both demos (standalone and ``--cluster``) read off their client for the live view:
 notifications described once each (:class:`NotificationLog`), relaxed connections and why
-(:func:`relaxation`), the recent rate of commands (:func:`recent_rate`)."""
+(:func:`relaxation`), the recent rate of commands (:func:`recent_rate`), and the live view's
+numbers both demos show (:func:`workload_snapshot`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,17 @@ import attrs
 
 from .. import Moving, NotificationReceived
 from .report import Observer, Snapshot
+from .workload import WorkloadStats
 
-__all__ = ["NotificationLog", "Relaxation", "Silent", "describe", "recent_rate", "relaxation"]
+__all__ = [
+    "NotificationLog",
+    "Relaxation",
+    "Silent",
+    "describe",
+    "recent_rate",
+    "relaxation",
+    "workload_snapshot",
+]
 
 
 class Silent:
@@ -128,3 +138,20 @@ def recent_rate(ops: list[tuple[float, float]], now: float) -> float:
             break
         recent += 1
     return recent / min(1.0, max(now, 1e-3))
+
+
+def workload_snapshot(
+    stats: WorkloadStats, now: float, phase: str, relaxed: Relaxation, **fields: Any
+) -> Snapshot:
+    """A :class:`Snapshot` of the workload at ``now`` (seconds from the start): its recent
+    rate, totals and failures from ``stats``, the relaxed connections, and the demo's own
+    ``fields`` (``endpoint``, ``handoffs``, ``extra``, ...)."""
+    return Snapshot(
+        elapsed=now,
+        phase=phase,
+        ops_per_second=recent_rate(stats.ops, now),
+        total=len(stats.ops),
+        failed=len(stats.failed_at),
+        relaxed=relaxed.relaxed,
+        **fields,
+    )
