@@ -15,9 +15,17 @@ import pytest
 
 import trio_maint
 import trio_maint.lowlevel
+import trio_maint.otel
+import trio_maint.prometheus
 import trio_maint.testing
 
-MODULES = [trio_maint, trio_maint.lowlevel, trio_maint.testing]
+MODULES = [
+    trio_maint,
+    trio_maint.lowlevel,
+    trio_maint.testing,
+    trio_maint.otel,
+    trio_maint.prometheus,
+]
 
 
 def _own_doc(obj: object) -> str | None:

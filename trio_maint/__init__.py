@@ -99,9 +99,7 @@ from ._sansio.redact import redact_text, redact_url
 from ._sansio.replies import parse_info
 from ._sansio.slots import NodeInfo, SlotMap, key_slot
 from ._sansio.streams import StreamEntry, StreamId, XAutoClaimReply, XReadReply
-
-#: The version of this package (``str``), as in its metadata.
-__version__ = "0.1.0"
+from ._sansio.version import __version__
 
 __all__ = [
     "CACHEABLE_COMMANDS",
