@@ -28,15 +28,27 @@ __all__ = ["holds_only", "leaves", "open_nursery_unwrapped", "unwrap_group"]
 def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The single meaningful exception of an internal nursery's group, or the group itself.
 
-    Only the nursery's own level is unwrapped (ignoring ``trio.Cancelled`` when something
-    else is there), so an ``ExceptionGroup`` the user raised comes out unchanged.
+    Only the nursery's own level is unwrapped (ignoring ``trio.Cancelled``, and groups of
+    nothing but ``trio.Cancelled``, when something else is there), so an
+    ``ExceptionGroup`` the user raised comes out unchanged.
     """
-    real = [e for e in group.exceptions if not isinstance(e, trio.Cancelled)]
+    real = [e for e in group.exceptions if not _only_cancelled(e)]
     if len(real) == 1:
         return real[0]
     if not real and len(group.exceptions) == 1:
         return group.exceptions[0]
     return group
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is ``trio.Cancelled`` or a group holding nothing else at any depth
+    (a cancelled task's own nursery, e.g. ``trio.open_tcp_stream``'s connection attempts,
+    reports its cancellation as such a group)."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(e) for e in exc.exceptions)
+    return False
 
 
 def leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
