@@ -111,7 +111,7 @@ class Connection(StreamIO):
         self.host = options.host if host is None else host
         self.port = options.port if port is None else port
         self._stream = None
-        self._fileno = -1
+        self._set_fileno(-1)
         self._parser = RespParser(options.encoding, limits=options.frame_limits)
         self._sending = False
         self._receiving = False
@@ -180,7 +180,7 @@ class Connection(StreamIO):
 
     def _attach(self, stream: trio.abc.Stream) -> None:
         self._stream = stream
-        self._fileno = socket_of(stream).fileno()
+        self._set_fileno(socket_of(stream).fileno())
 
     async def handshake_command(self, *args: CommandArg) -> RespValue:
         """Run one command during the handshake and return its reply (error replies are
@@ -241,11 +241,11 @@ class Connection(StreamIO):
         if self.closed:
             raise ConnectionClosedError(f"connection {self.id} was closed during its handoff")
         old = self._stream
-        self._stream, self._fileno, self._parser = other._stream, other._fileno, other._parser
+        self._stream, self._parser, self._poller = other._stream, other._parser, other._poller
         self.host, self.port, self.unix_path = other.host, other.port, other.unix_path
         self.server_info, self.maint_enabled = other.server_info, other.maint_enabled
         self.broken = other.broken
-        other._stream = None
+        other._stream = other._poller = None
         other.closed = True
         if old is not None:
             close_stream(old)
@@ -256,6 +256,7 @@ class Connection(StreamIO):
         """Close the socket at once (no ``QUIT``); idempotent, never raises."""
         self.closed = True
         stream, self._stream = self._stream, None
+        self._poller = None  # its descriptor number may be reused by another socket
         if stream is not None:
             close_stream(stream)
 
@@ -441,6 +442,21 @@ class Connection(StreamIO):
         return reply
 
     # ------------------------------------------------------------------- internals
+
+    def quiet(self) -> bool:
+        """Whether the connection can be lent as it is, without :meth:`check_idle`'s
+        slow path: open, not broken, not in use, and nothing arrived while it was idle
+        (no byte readable on the socket, none buffered). Synchronous: the pool's fast
+        path, which takes its checkpoint itself."""
+        return (
+            self._stream is not None
+            and not self.broken
+            and not self.closed
+            and not self._sending
+            and not self._receiving
+            and not self._readable()
+            and not self._parser.has_data()
+        )
 
     async def check_idle(self, *, schedule: bool = True) -> bool:
         """The pool's health check before reuse: drain push frames that arrived while

@@ -73,8 +73,8 @@ class StreamIO:
     """
 
     __slots__ = (
-        "_fileno",
         "_parser",
+        "_poller",
         "_stream",
         "_timed_out",
         "host",
@@ -96,7 +96,9 @@ class StreamIO:
     timeouts: TimeoutPolicy | None
     reply_timer: ReplyTimer | None
     _stream: trio.abc.Stream | None
-    _fileno: int
+    #: ``select.poll`` object registered for the socket (POLLIN), made once per socket:
+    #: the pool's health check before each reuse is then one ``poll`` call.
+    _poller: select.poll | None
     _parser: RespParser
     _timed_out: bool
 
@@ -380,8 +382,15 @@ class StreamIO:
         return self._readable() or self._parser.has_data()
 
     def _readable(self) -> bool:
-        if self._fileno < 0:
+        poller = self._poller
+        if poller is None:
             return False
-        poller = select.poll()
-        poller.register(self._fileno, select.POLLIN)
         return bool(poller.poll(0))
+
+    def _set_fileno(self, fileno: int) -> None:
+        """Watch the socket's file descriptor ``fileno`` (``-1``: none) with a poller."""
+        if fileno < 0:
+            self._poller = None
+        else:
+            self._poller = select.poll()
+            self._poller.register(fileno, select.POLLIN)

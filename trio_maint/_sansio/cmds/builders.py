@@ -71,6 +71,14 @@ def build_set(
 ) -> Built:
     """``SET``: a fractional ``ex`` is sent as ``PX``; ``True`` when set, ``None`` when
     NX/XX prevented it, the old value with ``get``."""
+    if (
+        ex is None
+        and px is None
+        and exat is None
+        and pxat is None
+        and not (nx or xx or keepttl or get)
+    ):
+        return ("SET", name, value), set_reply  # the common plain SET, without the checks
     args: list[CommandArg] = ["SET", name, value]
     if sum(x is not None for x in (ex, px, exat, pxat)) + keepttl > 1:
         raise DataError("set(): give at most one of ex, px, exat, pxat, keepttl")
