@@ -377,3 +377,26 @@ async def test_pubsub_resubscribes_after_a_cancelled_reconnect(r: trio_maint.Red
                 await r.publish("rc:deaf", cancel_in)
                 message = await ps.get_message(timeout=2)
                 assert message is not None and message.data == cancel_in.encode()
+
+
+async def test_cancelled_in_the_eager_reads_checkpoint_discards_the_connection(
+    canceller: StepCanceller, r: trio_maint.Redis
+) -> None:
+    """The first read after a command was written passes through the scheduler before it
+    reads (``_receive``'s ``eager``). Cancelled there, with the command written and its
+    reply unread, the connection is discarded: the next command never reads that reply.
+    """
+    await r.set("eager:a", "reply-for-a")
+    await r.set("eager:b", "reply-for-b")
+    [conn] = r.pool.connections
+    conn._eager_skip = 0
+    task = trio.lowlevel.current_task()
+    with trio.CancelScope() as scope:
+        # Step 1 runs from here to the first schedule point: taking the idle connection
+        # is only a cancel point (nothing else in use), the write is none, so it is the
+        # eager read's checkpoint, after the write.
+        canceller.targets[task] = [1, scope]
+        await r.get("eager:a")
+    assert scope.cancelled_caught
+    assert conn.broken and conn not in r.pool.connections
+    assert await r.get("eager:b") == b"reply-for-b"

@@ -44,6 +44,8 @@ logger = logging.getLogger("trio_maint.connection")
 
 _RECEIVE_SIZE: Final = 65536
 _INF: Final = math.inf
+#: First reads that wait at once after an eager read found nothing (see ``_receive``).
+_EAGER_SKIP: Final = 8
 #: Push frames handed on in a row, from bytes already buffered, before a reply wait
 #: checkpoints (``int``): a flood of buffered push frames never blocks the event loop
 #: for long (docs/robustness.md).
@@ -53,6 +55,21 @@ PUSH_BURST: Final = 32
 #: RESP3 push frame the connection reads (pub/sub messages, maintenance notifications,
 #: tracking invalidations). It must not block or raise; an exception is logged and dropped.
 PushHandler = Callable[["Connection", list[Any]], None]
+
+
+def _read_now(sock: trio.socket.SocketType) -> bytes | None:
+    """One non-blocking ``read()`` of ``sock``: what it holds (``b""`` at end of file), or
+    ``None`` when nothing is there yet.
+
+    :raises trio.ClosedResourceError: the socket was closed.
+    """
+    fd = sock.fileno()
+    if fd < 0:
+        raise trio.ClosedResourceError
+    try:
+        return os.read(fd, _RECEIVE_SIZE)
+    except BlockingIOError:
+        return None
 
 
 class TimeoutPolicy(Protocol):
@@ -73,6 +90,7 @@ class StreamIO:
     """
 
     __slots__ = (
+        "_eager_skip",
         "_parser",
         "_poller",
         "_stream",
@@ -101,6 +119,8 @@ class StreamIO:
     _poller: select.poll | None
     _parser: RespParser
     _timed_out: bool
+    #: Eager first reads to skip (see :meth:`_receive`): set after one found nothing.
+    _eager_skip: int
 
     @property
     def endpoint_text(self) -> str:
@@ -258,9 +278,11 @@ class StreamIO:
         start = trio.current_time()
         deadline = self._deadline_from(start, configured)
         burst = 0
+        eager = True
         while True:
             if reply is NEED_DATA:
-                await self._receive(deadline)
+                await self._receive(deadline, eager=eager)
+                eager = False
                 burst = 0
             elif reply.__class__ is PushNotification:
                 self._parser.pushes_taken(1)
@@ -276,7 +298,21 @@ class StreamIO:
                 return reply
             reply = self._next_parsed()
 
-    async def _receive(self, deadline: float) -> None:
+    async def _receive(self, deadline: float, *, eager: bool = False) -> None:
+        """Read what the socket holds into the parser, waiting for it until ``deadline``.
+
+        ``eager`` (the first read after a command was written on a plain socket): one pass
+        through Trio's scheduler (a checkpoint), then a read, and only if nothing came the
+        wait for readability. Under concurrency the server has usually answered by then
+        (other tasks ran meanwhile), so the wait's registration with epoll (an
+        ``epoll_ctl`` per reply) is skipped: -11 to -24 % client CPU per command with 50
+        tasks (docs/performance.md, "Issue 18"). When an eager read finds nothing (a lone
+        task, whose pass through the scheduler is short), the next ``_EAGER_SKIP`` first
+        reads of this connection wait at once, as before.
+
+        :raises TimeoutError: ``deadline`` passed first (the connection is then broken).
+        :raises ConnectionError, ConnectionClosedError: the socket failed or was closed.
+        """
         stream = self._stream
         if stream is None:
             raise ConnectionClosedError(f"connection {self.id} is closed")
@@ -285,44 +321,25 @@ class StreamIO:
             if type(stream) is trio.SocketStream:
                 # Fast path (plain sockets): wait until readable, then one read(), without
                 # the failed first recv() and the wrappers of SocketStream.receive_some.
-                # Cancellation can only happen in the wait, before anything was read.
+                # Cancellation can only happen in the checkpoint or the wait, before
+                # anything was read.
                 sock = stream.socket
-                timer = self.reply_timer
-                if deadline == _INF:
-                    await trio.lowlevel.wait_readable(sock)
-                elif timer is not None and timer.running:
-                    # The pool's timer bounds the wait: no cancel scope per reply.
-                    self._timed_out = False
-                    timer.arm(self, deadline)
-                    try:
-                        await trio.lowlevel.wait_readable(sock)
-                    except trio.ClosedResourceError:
-                        if self._timed_out:
-                            raise TimeoutError(
-                                f"no reply from {self.endpoint_text} within the socket timeout"
-                            ) from None
-                        if timer.stopped() and self._stream is stream and sock.fileno() >= 0:
-                            # The timer stopped (its client is closing) while this wait was
-                            # armed: a spurious wakeup; the caller waits again, under a
-                            # cancel scope.
-                            return
-                        raise
-                    finally:
-                        timer.disarm(self)
-                else:
-                    with trio.move_on_at(deadline) as scope:
-                        await trio.lowlevel.wait_readable(sock)
-                    if scope.cancelled_caught:
-                        raise TimeoutError(
-                            f"no reply from {self.endpoint_text} within the socket timeout"
-                        )
-                fd = sock.fileno()
-                if fd < 0:
-                    raise trio.ClosedResourceError
-                try:
-                    data = os.read(fd, _RECEIVE_SIZE)
-                except BlockingIOError:  # pragma: no cover - a spurious wakeup: wait again
-                    return
+                got: bytes | None = None
+                if eager:
+                    if self._eager_skip:
+                        self._eager_skip -= 1
+                    else:
+                        await trio.lowlevel.checkpoint()
+                        got = _read_now(sock)
+                        if got is None:
+                            self._eager_skip = _EAGER_SKIP
+                if got is None:
+                    if not await self._wait_readable(stream, sock, deadline):
+                        return
+                    got = _read_now(sock)
+                    if got is None:  # pragma: no cover - a spurious wakeup: wait again
+                        return
+                data = got
             elif deadline == _INF:
                 data = await stream.receive_some(_RECEIVE_SIZE)
             else:
@@ -344,6 +361,43 @@ class StreamIO:
         if not data:
             raise ConnectionError(f"server {self.endpoint_text} closed the connection")
         self._parser.feed(data)  # raises ProtocolError on a frame past a cap
+
+    async def _wait_readable(
+        self, stream: trio.SocketStream, sock: trio.socket.SocketType, deadline: float
+    ) -> bool:
+        """Wait until ``sock`` is readable, bounded by ``deadline`` (the pool's
+        :class:`ReplyTimer` when it runs, else a cancel scope). ``False``: the timer
+        stopped meanwhile (its client closing), a spurious wakeup; the caller waits again.
+
+        :raises TimeoutError: ``deadline`` passed first.
+        """
+        timer = self.reply_timer
+        if deadline == _INF:
+            await trio.lowlevel.wait_readable(sock)
+        elif timer is not None and timer.running:
+            # The pool's timer bounds the wait: no cancel scope per reply.
+            self._timed_out = False
+            timer.arm(self, deadline)
+            try:
+                await trio.lowlevel.wait_readable(sock)
+            except trio.ClosedResourceError:
+                if self._timed_out:
+                    raise TimeoutError(
+                        f"no reply from {self.endpoint_text} within the socket timeout"
+                    ) from None
+                if timer.stopped() and self._stream is stream and sock.fileno() >= 0:
+                    # The timer stopped (its client is closing) while this wait was
+                    # armed: the caller waits again, under a cancel scope.
+                    return False
+                raise
+            finally:
+                timer.disarm(self)
+        else:
+            with trio.move_on_at(deadline) as scope:
+                await trio.lowlevel.wait_readable(sock)
+            if scope.cancelled_caught:
+                raise TimeoutError(f"no reply from {self.endpoint_text} within the socket timeout")
+        return True
 
     def _wake_reply_wait(self, *, timed_out: bool) -> None:
         """Called by the :class:`ReplyTimer`: wake this connection's armed reply wait. It
