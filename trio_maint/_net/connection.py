@@ -451,21 +451,6 @@ class Connection(StreamIO):
 
     # ------------------------------------------------------------------- internals
 
-    def quiet(self) -> bool:
-        """Whether the connection can be lent as it is, without :meth:`check_idle`'s
-        slow path: open, not broken, not in use, and nothing arrived while it was idle
-        (no byte readable on the socket, none buffered). Synchronous: the pool's fast
-        path, which takes its checkpoint itself."""
-        return (
-            self._stream is not None
-            and not self.broken
-            and not self.closed
-            and not self._sending
-            and not self._receiving
-            and not self._readable()
-            and not self._parser.has_data()
-        )
-
     async def check_idle(self, *, schedule: bool = True) -> bool:
         """The pool's health check before reuse: drain push frames that arrived while
         idle and notice a closed or broken socket. Always checkpoints.

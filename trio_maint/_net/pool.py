@@ -258,60 +258,16 @@ class ConnectionPool:
                     f"no free connection in the pool within {timeout} s "
                     f"(pool_size={self.pool_size})"
                 )
-        # Only when no other connection of this pool is in use: under concurrency the
-        # schedule point pays for itself (the tasks' writes and replies bunch up, and
-        # each pass of the scheduler serves more of them).
-        schedule = schedule or self._in_use > 0
-        idle = self._idle
         try:
-            if idle and self.conn_max_idle_time is None and idle[-1].quiet():
-                # The common case, inline (no coroutine frames for _checkout and the
-                # health check): the most recently used idle connection, with nothing
-                # arrived on it; otherwise _checkout_once's full path.
-                conn = idle.pop()
-                try:
-                    if schedule:
-                        await trio.lowlevel.checkpoint()
-                    else:
-                        await trio.lowlevel.checkpoint_if_cancelled()
-                except BaseException:
-                    self._unlend(conn, "cancelled during the health check")
-                    raise
-                lent = self._lend(conn)
-                if lent is None:
-                    lent = await self._checkout(schedule)
-            else:
-                lent = await self._checkout(schedule)
+            # Only when no other connection of this pool is in use: under concurrency the
+            # schedule point pays for itself (the tasks' writes and replies bunch up, and
+            # each pass of the scheduler serves more of them).
+            conn = await self._checkout(schedule or self._in_use > 0)
         except BaseException:
             self._borrow.release()
             raise
         self._in_use += 1
-        return lent
-
-    def _unlend(self, conn: Connection, reason: str) -> None:
-        """An idle connection taken for lending, given back when the checkout did not
-        finish (cancelled in its checkpoint): idle again if still fit, else removed."""
-        if conn.usable and not conn.in_use and not self._closed:
-            self._idle.append(conn)
-        else:
-            self._remove(conn, reason)
-
-    def _lend(self, conn: Connection) -> Connection | None:
-        """After the health check's checkpoint: ``conn`` if it may be lent, ``None`` when
-        a pool hook took or removed it (the caller tries the next one).
-
-        :raises ConnectionClosedError: the pool was closed meanwhile.
-        """
-        if self._closed:
-            self._remove(conn, "pool closed")
-            raise ConnectionClosedError("the connection pool is closed")
-        verdict = self._run_get_hooks(conn, is_new=False) if self.hooks else Disposition.KEEP
-        if verdict is Disposition.KEEP:
-            self._hits += 1
-            return conn
-        if verdict is Disposition.REMOVE:
-            self._remove(conn, "refused by a pool hook")
-        return None
+        return conn
 
     async def _wait_for_change(self, deadline: float) -> None:
         self._change_waiters += 1
@@ -355,15 +311,24 @@ class ConnectionPool:
                 healthy = await conn.check_idle(schedule=schedule)
             except BaseException:
                 # Cancelled during the health check: the connection must not leak.
-                self._unlend(conn, "cancelled during the health check")
+                if conn.usable and not conn.in_use and not self._closed:
+                    idle.append(conn)
+                else:
+                    self._remove(conn, "cancelled during the health check")
                 raise
             if not healthy:
                 self._stale += 1
                 self._remove(conn, "failed the health check")
                 continue
-            lent = self._lend(conn)
-            if lent is not None:
-                return lent
+            if self._closed:
+                self._remove(conn, "pool closed")
+                raise ConnectionClosedError("the connection pool is closed")
+            verdict = self._run_get_hooks(conn, is_new=False)
+            if verdict is Disposition.KEEP:
+                self._hits += 1
+                return conn
+            if verdict is Disposition.REMOVE:
+                self._remove(conn, "refused by a pool hook")
         # No idle connection: dial a new one, if max_active_conns allows.
         await trio.lowlevel.checkpoint_if_cancelled()
         active = self._active
