@@ -149,10 +149,13 @@ def test_demo_cache_reads_no_stale_value_through_the_window(options: tuple[str, 
         assert "A closed the cache's tracking connection" in err
         assert "connections still busy on A closed" not in err
         # every connection told to move has an outcome: the tracking connection's is
-        # "closed by A", counted and said
+        # "closed by A", counted and said. Its handoff may still complete: its dial to B
+        # is under way (held by B's endpoint) when A closes its old stream, and whether
+        # its reader notices the close first is a race.
         handoffs = report["handoffs"]
         assert handoffs["closed_before_handoff"] == 1 and handoffs["failed"] == 0
-        assert handoffs["completed"] + 1 == handoffs["connections_moved"]
+        moved = handoffs["connections_moved"]
+        assert handoffs["completed"] in (moved - 1, moved)
         assert "1 of them closed by A before its handoff: the cache's tracking" in err
 
 
