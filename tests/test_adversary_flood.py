@@ -21,6 +21,7 @@ from ._fakeserver import (
     FakeConnection,
     Status,
     open_fake_server,
+    push,
     resp,
     serve_cluster_commands,
 )
@@ -117,3 +118,53 @@ async def test_a_hostile_smigrated_does_not_block_the_event_loop() -> None:
                     await rc.get("k")
                 nursery.cancel_scope.cancel()
             assert max(gaps) < 1.0, f"the event loop was blocked for {max(gaps):.2f} s"
+
+
+class _StepCounter(trio.abc.Instrument):
+    """Counts the steps (schedule points passed) of one task."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.steps += 1
+
+
+FLOOD = 100_000
+
+
+@pytest.mark.parametrize("size", [1, 3, 40])
+async def test_a_small_pipeline_behind_a_push_flood_gets_its_replies(size: int) -> None:
+    """A pipeline's replies come after 100,000 unknown push frames: the client hands
+    them on a burst (``PUSH_BURST``, 32) at a time between checkpoints, whatever the
+    pipeline's length. A pipeline of ``n`` commands used to take ``n`` frames per
+    checkpoint: 100,000 passes through the scheduler for one command, so that behind a
+    big enough flood it timed out."""
+    flood = push("noise", "frame", "x") * FLOOD
+    async with open_fake_server() as server:
+
+        async def get(conn: FakeConnection, args: list[bytes]) -> bytes | Action:
+            if args[1] == b"first":
+                await conn.send(flood)
+            return resp(args[1])
+
+        server.on("GET", get)
+        async with trio_maint.open_redis(server.url, socket_timeout=None) as r:
+            keys = ["first"] + [f"k{i}" for i in range(1, size)]
+            counter = _StepCounter(trio.lowlevel.current_task())
+            trio.lowlevel.add_instrument(counter)
+            try:
+                with trio.fail_after(60):
+                    pipe = r.pipeline(transaction=False)
+                    for key in keys:
+                        pipe.get(key)
+                    replies = await pipe.execute()
+            finally:
+                trio.lowlevel.remove_instrument(counter)
+            assert replies == [k.encode() for k in keys]
+            # A burst per checkpoint (3,125), the socket's reads, a little slack.
+            assert counter.steps < FLOOD // 32 * 2
+            assert counter.steps > FLOOD // 32 // 2  # never one long run without any
+            assert await r.get("after") == b"after"

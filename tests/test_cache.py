@@ -361,9 +361,14 @@ async def test_a_huge_invalidation_blocks_the_loop_briefly() -> None:
     """One invalidation frame naming 1,000,000 keys (14 MiB: a buggy or hostile server).
     Its bytes are read and parsed over many steps; the frame itself is handled in one
     (rule 1: a value whose invalidation is on the socket is never served), its keys
-    checked and matched against the cache in C: some 20 ms here, where the key-by-key
-    loops took about 90 ms (docs/caching.md, Bounds)."""
+    checked and matched against the cache in C: some 20 ms on a quiet machine, where the
+    key-by-key loops took about 90 ms (docs/caching.md, Bounds). Asserted: the longest
+    step of CPU time stays under half of what one Python step per key (building the key
+    names) takes in the same process."""
+    began = time.process_time()
     names = [b"k%08d" % i for i in range(1_000_000)]
+    # This machine's pace now: one Python step per key, as the old loops took.
+    per_key_loop = time.process_time() - began
     frame = b">2\r\n$10\r\ninvalidate\r\n*%d\r\n" % len(names)
     frame += b"".join([b"$9\r\n%s\r\n" % name for name in names])
     async with open_fake_server() as srv:
@@ -389,8 +394,13 @@ async def test_a_huge_invalidation_blocks_the_loop_briefly() -> None:
                     trio.lowlevel.remove_instrument(steps)
             stats = cache.stats()
             assert (stats.entries, stats.invalidations) == (0, 1000)
-            print(f"longest step {steps.longest * 1000:.1f} ms")
-            assert steps.longest < 0.06
+            print(
+                f"longest step {steps.longest * 1000:.1f} ms; a Python step per key "
+                f"{per_key_loop * 1000:.1f} ms"
+            )
+            # Relative to this machine's pace at the time: a fixed 60 ms failed in CI
+            # (90 ms while other tests ran); here it measured 30-55 ms against 190-350.
+            assert steps.longest < per_key_loop / 2
 
 
 async def test_cache_config_alias_and_refusals(server: RedisServer) -> None:

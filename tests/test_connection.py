@@ -21,6 +21,7 @@ from trio_maint import (
     TimeoutError,
 )
 from trio_maint._net.timer import ReplyTimer
+from trio_maint._net.wire import PUSH_BURST
 from trio_maint.lowlevel import Connection
 from trio_maint.testing import RedisServer, free_port
 
@@ -388,18 +389,14 @@ async def test_pipeline_path_hands_push_frames_on_and_stops_at_its_last_reply() 
     push = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"
     conn._parser.feed(push + b"+a\r\n" + push + push + b":2\r\n+b\r\n" + push + b"+next\r\n")
     replies: list[Any] = []
-    # One batch per call when it holds push frames (the caller checkpoints in between).
+    # Batches until the replies are complete (or PUSH_BURST push frames were handed on).
     assert conn._take_replies(replies, 3) is True
-    assert replies == [b"a"]
-    while len(replies) < 3:
-        conn._take_replies(replies, 3)
     assert replies == [b"a", 2, b"b"]
     assert seen == [[b"invalidate", [b"k"]]] * 3
     # The push after the third reply, and the next command's reply, are left buffered.
+    assert conn._parser.has_data()
     replies = []
     assert conn._take_replies(replies, 1) is True
-    assert replies == []
-    assert conn._take_replies(replies, 1) is False
     assert replies == [b"next"]
     assert len(seen) == 4
     assert conn._take_replies(replies, 1) is False  # already complete: nothing taken
@@ -407,6 +404,21 @@ async def test_pipeline_path_hands_push_frames_on_and_stops_at_its_last_reply() 
     assert conn._parser.push_credit == 0
     conn._parser.feed(b"+x\r\n")
     assert conn._parser.take_replies([], 1) is False
+
+
+async def test_pipeline_path_stops_after_a_burst_of_push_frames() -> None:
+    """Behind more than ``PUSH_BURST`` push frames a call stops after that many, so that
+    the caller checkpoints between bursts; the next call goes on."""
+    seen: list[Any] = []
+    conn = Connection(ClientOptions(), push_handler=lambda c, frame: seen.append(frame))
+    push = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"
+    conn._parser.feed(push * (PUSH_BURST + 8) + b"+a\r\n")
+    replies: list[Any] = []
+    assert conn._take_replies(replies, 1) is True
+    assert (replies, len(seen)) == ([], PUSH_BURST)
+    assert conn._parser.has_data()
+    assert conn._take_replies(replies, 1) is True
+    assert (replies, len(seen)) == ([b"a"], PUSH_BURST + 8)
 
 
 async def test_pipeline_replies_stay_in_order_with_push_frames_among_them(

@@ -237,24 +237,30 @@ class StreamIO:
         """Append whole replies buffered to ``replies`` until it holds ``count`` (a
         pipeline's path: one batch call into hiredis, see :meth:`RespParser.take_replies`),
         handing push frames among them to ``push_handler`` instead. Never takes a byte
-        past the ``count``-th reply. Returns whether a push frame was handed on: then it
-        stopped after one batch, and more may be buffered (:meth:`RespParser.has_data`)."""
+        past the ``count``-th reply. Returns whether a push frame was handed on: then
+        more may be buffered (:meth:`RespParser.has_data`) when it stopped after
+        ``PUSH_BURST`` push frames, so that the caller checkpoints between bursts (a flood
+        of them never blocks the event loop for long). Batches are taken until then, so a
+        small pipeline behind a flood drains it a burst per checkpoint, not ``count``
+        frames per checkpoint (it timed out behind 100,000 push frames)."""
+        handed = 0
         while True:
             start = len(replies)
             wanted = count - start
             if wanted <= 0 or not self._parser.take_replies(replies, wanted):
-                return False
+                return handed > 0
             taken = replies[start:]
             types = list(map(type, taken))
             try:
                 index = types.index(PushNotification)
             except ValueError:
-                return False
+                return handed > 0
             # Take the push frames out (list.index and slices: no Python step per reply).
             del replies[start + index :]
             while True:
                 self._parser.pushes_taken(1)
                 self.dispatch_push(taken[index])
+                handed += 1
                 pos = index + 1
                 try:
                     index = types.index(PushNotification, pos)
@@ -262,9 +268,8 @@ class StreamIO:
                     replies.extend(taken[pos:])
                     break
                 replies.extend(taken[pos:index])
-            # One batch at a time: the caller checkpoints between batches holding push
-            # frames (a flood of them never blocks the event loop for long).
-            return True
+            if handed >= PUSH_BURST:
+                return True
 
     async def _read_reply(
         self, configured: float | None, reply: RespValue | Literal[Unset.UNSET] = UNSET
