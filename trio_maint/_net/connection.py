@@ -230,8 +230,9 @@ class Connection(StreamIO):
         return conn
 
     def adopt_stream_of(self, other: Connection) -> None:
-        """Swap in ``other``'s connected stream and parser (a maintenance handoff), keeping
-        this connection's id and settings, and close this connection's old stream.
+        """Swap in ``other``'s connected stream, parser and readiness poller (a
+        maintenance handoff), keeping this connection's id and settings, and close this
+        connection's old stream.
 
         Only its owner (the HandoffManager) may call this, while no command is in flight.
         ``other`` is left empty (closed, without closing the stream it gave away).
