@@ -25,6 +25,8 @@ from trio_maint._net.stream import open_stream
 from trio_maint._net.tls_memory import MemoryTLSStream
 from trio_maint.testing import RedisServer, free_port
 
+from .test_cache import ready, until
+
 pytestmark = pytest.mark.trio
 
 OFF = MaintConfig(mode="disabled")
@@ -84,21 +86,6 @@ async def cached(url: str, ctx: ssl.SSLContext, **kwargs: Any) -> AsyncIterator[
     kwargs.setdefault("cache", CacheConfig())
     async with trio_maint.open_redis(url, ssl_context=ctx, **kwargs) as r:
         yield r
-
-
-async def ready(r: trio_maint.Redis) -> trio_maint.ClientCache:
-    cache = r.cache
-    assert cache is not None
-    with trio.fail_after(5):
-        while not cache.machine.serving:
-            await trio.sleep(0.005)
-    return cache
-
-
-async def until(predicate: Any, timeout: float = 5.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.002)
 
 
 def tracking_stream(cache: trio_maint.ClientCache) -> MemoryTLSStream:

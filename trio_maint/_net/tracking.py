@@ -85,16 +85,27 @@ def read_nowait(conn: Connection) -> int:
     return len(data)
 
 
+def _tls_error(
+    conn: Connection, exc: trio.BrokenResourceError | trio.ClosedResourceError
+) -> Exception:
+    """The memory TLS stream's error as the connection's, to raise: a broken stream is
+    a lost connection (``ConnectionError``, chained), a closed one
+    ``ConnectionClosedError``."""
+    if isinstance(exc, trio.BrokenResourceError):
+        lost = ConnectionError(f"lost connection to {conn.endpoint_text}: {describe_error(exc)}")
+        lost.__cause__ = exc
+        return lost
+    closed = ConnectionClosedError(f"connection {conn.id} is closed")
+    closed.__suppress_context__ = True
+    return closed
+
+
 def _read_tls(conn: Connection, stream: MemoryTLSStream) -> int:
     try:
         count = stream.pull_nowait(READ_SIZE)
         data = stream.decrypt_nowait()
-    except trio.BrokenResourceError as exc:
-        raise ConnectionError(
-            f"lost connection to {conn.endpoint_text}: {describe_error(exc)}"
-        ) from exc
-    except trio.ClosedResourceError:
-        raise ConnectionClosedError(f"connection {conn.id} is closed") from None
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        raise _tls_error(conn, exc)
     if data:
         conn._parser.feed(data)
     elif stream.at_eof:
@@ -136,12 +147,8 @@ def write_nowait(conn: Connection, data: bytes | bytearray | memoryview) -> int:
     if type(stream) is MemoryTLSStream and not conn.closed:
         try:
             return stream.send_nowait(data)
-        except trio.BrokenResourceError as exc:
-            raise ConnectionError(
-                f"lost connection to {conn.endpoint_text}: {describe_error(exc)}"
-            ) from exc
-        except trio.ClosedResourceError:
-            raise ConnectionClosedError(f"connection {conn.id} is closed") from None
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _tls_error(conn, exc)
     fd = _socket(conn).fileno()
     if fd < 0:
         raise ConnectionClosedError(f"connection {conn.id} is closed")
