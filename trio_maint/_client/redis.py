@@ -15,6 +15,7 @@ from .._net.connection import Connection
 from .._net.groups import unwrap_group
 from .._net.pool import ConnectionPool
 from .._net.timer import ReplyTimer
+from .._sansio.autopipe import batchable
 from .._sansio.blocking import TimeUnit, command_timeout, reply_timeout
 from .._sansio.cache_deadline import Resend
 from .._sansio.cache_writes import own_write
@@ -26,6 +27,7 @@ from .._sansio.replies import Callback, apply_callback
 from .._sansio.resp import CommandArg
 from .._sansio.retry import STANDALONE_POLICY, Finish, RetryState, WaitForMoving, classify
 from .._sansio.unset import UNSET, Unset
+from .autopipe import AutoPipeliner
 from .cache import BYPASS, ClientCache
 from .observe import CommandObserver
 from .pipeline import Pipeline, caller_deadline
@@ -86,6 +88,8 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
         #: The :class:`~trio_maint.ClientCache` (``stats()``, ``invalidate()``,
         #: ``clear()``, ``sync()``; docs/caching.md), or ``None`` when caching is off.
         self.cache: ClientCache | None = None
+        # The AutoPipeliner of open_redis(auto_pipeline=True), else None (autopipe.py).
+        self._batcher: AutoPipeliner | None = None
 
     def __repr__(self) -> str:
         return f"<Redis {self.options.address_text} db={self.options.db}>"
@@ -139,7 +143,11 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
                 finally:
                     cache.invalidate_write(write)
                 return reply if callback is None else apply_callback(callback, reply, args)
-        # As _pooled, inline: no extra coroutine on the path of every command.
+        batcher = self._batcher
+        if batcher is not None and timeout is UNSET and batchable(args):
+            reply = await batcher.execute(args)  # auto-pipelining (autopipe.py)
+            return reply if callback is None else apply_callback(callback, reply, args)
+        # As _send_pooled, inline: no extra coroutine on the path of every command.
         pool = self.pool
         conn = await pool.acquire_for_reply()
         try:
@@ -157,8 +165,19 @@ class Redis(Scripting, StreamConsumers, ClientCommands):
     async def _pooled(
         self, args: tuple[CommandArg, ...], timeout: float | Literal[Unset.UNSET] | None
     ) -> Any:
-        """Send ``args`` through the pool (retried as the class docs say) and return its
-        reply (error replies raised)."""
+        """Send ``args`` through the pool, auto-pipelined when the client does that and the
+        command batches (else :meth:`_send_pooled`), and return its reply (error replies
+        raised)."""
+        batcher = self._batcher
+        if batcher is not None and timeout is UNSET and batchable(args):
+            return await batcher.execute(args)
+        return await self._send_pooled(args, timeout)
+
+    async def _send_pooled(
+        self, args: tuple[CommandArg, ...], timeout: float | Literal[Unset.UNSET] | None
+    ) -> Any:
+        """Send ``args`` through the pool on a connection of its own (retried as the class
+        docs say) and return its reply (error replies raised)."""
         pool = self.pool
         conn = await pool.acquire_for_reply()
         try:
@@ -365,12 +384,17 @@ async def open_redis(
             nursery.start_soon(timer.run)
             if client.cache is not None:
                 nursery.start_soon(client.cache.run)
+            if opts.auto_pipeline:
+                client._batcher = AutoPipeliner(client)
+                nursery.start_soon(client._batcher.run)
             if opts.min_idle_conns or opts.conn_max_idle_time is not None:
                 nursery.start_soon(pool.run_maintenance)
             try:
                 yield client
             finally:
                 pool.close()
+                if client._batcher is not None:
+                    client._batcher.close()
                 client._close_pubsubs()
                 if client.cache is not None:
                     client.cache.close()

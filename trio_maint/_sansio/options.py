@@ -148,6 +148,11 @@ class ClientOptions:
       Python (CPU on replies of many small values). See docs/robustness.md.
     * ``cache`` (:class:`~trio_maint.CacheConfig` or ``None``, the default: off):
       client-side caching, see docs/caching.md (over TLS too).
+    * ``auto_pipeline`` (``bool``, default False): commands that several tasks send at
+      once are written together as one pipeline per batch (data commands only: nothing
+      blocking or connection-scoped), see docs/performance.md. A lone task's command
+      goes out at once, as without it. Standalone clients only (the cluster client
+      refuses it).
     """
 
     host: str = "localhost"
@@ -181,6 +186,7 @@ class ClientOptions:
     max_aggregate_len: int = attrs.field(default=DEFAULT_MAX_AGGREGATE_LEN, validator=check_cap)
     max_reply_bytes: int | None = attrs.field(default=None, validator=check_optional_cap)
     cache: CacheConfig | None = attrs.field(default=None, validator=_check_cache)
+    auto_pipeline: bool = False
 
     @pool_size.validator
     def _check_pool_size(self, attribute: attrs.Attribute[int], value: int) -> None:
@@ -268,6 +274,7 @@ _QUERY_PARAMS: Mapping[str, Callable[[str], Any]] = {
     "max_bulk_len": int,
     "max_aggregate_len": int,
     "max_reply_bytes": _to_optional_int,
+    "auto_pipeline": _to_bool,
 }
 
 _ALIASES = {"socket_connect_timeout": "connect_timeout", "max_connections": "pool_size"}

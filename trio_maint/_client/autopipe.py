@@ -1,0 +1,173 @@
+"""Auto-pipelining, the Trio shell: concurrent tasks' commands written together.
+
+With ``auto_pipeline=True`` (:class:`~trio_maint.ClientOptions`), :meth:`Redis._command
+<trio_maint.Redis.execute_command>` hands each batchable command
+(:func:`~trio_maint._sansio.autopipe.batchable`) to the client's :class:`AutoPipeliner`.
+A command sent while no other is in flight goes straight through the pool, as without
+auto-pipelining. Otherwise its task parks and a batch worker (one of
+:data:`BATCH_WORKERS`, tasks of the client's nursery) writes it with the other queued
+commands as one non-transactional pipeline: the same connection handling, maintenance
+decisions and retry policy as :meth:`Pipeline.execute <trio_maint.Pipeline.execute>`.
+The decisions (what batches, what goes straight out, how much a batch takes) are
+:class:`~trio_maint._sansio.autopipe.BatchQueue`'s.
+
+Cancellation: a task cancelled while its command is queued takes it out of the queue
+(nothing was sent). One cancelled after a batch took its command leaves it to the batch
+(it may run, as a command cancelled while awaiting its reply may); the worker reads its
+reply and drops it, so the connection is never left mid-reply. The client closing
+cancels the workers: commands queued or in a batch then fail with
+:class:`~trio_maint.ConnectionClosedError`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, Final
+
+import outcome
+import trio
+
+from .._sansio.autopipe import BatchQueue
+from .._sansio.encode import CommandArg
+from .._sansio.errors import ConnectionClosedError, RedisError
+from .._sansio.unset import UNSET
+from .pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from .redis import Redis
+
+__all__ = ["BATCH_WORKERS", "AutoPipeliner"]
+
+#: Batch workers per client: how many batches (each on its own pool connection) can be
+#: awaiting their replies at once.
+BATCH_WORKERS: Final = 4
+
+
+class _Queued:
+    """One command waiting for a batch: its arguments and its parked task."""
+
+    __slots__ = ("abandoned", "args", "task")
+
+    def __init__(self, args: tuple[CommandArg, ...], task: trio.lowlevel.Task) -> None:
+        self.args = args
+        self.task = task
+        # Set when the task was cancelled after a batch took the command: its reply is
+        # read and dropped.
+        self.abandoned = False
+
+
+class AutoPipeliner:
+    """Runs a client's auto-pipelined commands (see the module doc).
+
+    :param client: the :class:`~trio_maint.Redis` whose pool the batches use.
+    :param workers: batch workers (``int`` ≥ 1), default :data:`BATCH_WORKERS`.
+    """
+
+    def __init__(self, client: Redis, workers: int = BATCH_WORKERS) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers!r}")
+        self._client = client
+        self._workers = workers
+        self._state: BatchQueue[_Queued] = BatchQueue()
+        self._idle = trio.lowlevel.ParkingLot()
+        self._closed = False
+
+    async def run(self) -> None:
+        """Run the batch workers until cancelled (the client's nursery runs this)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                for _ in range(self._workers):
+                    nursery.start_soon(self._worker)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop taking commands; fail the queued ones with
+        :class:`~trio_maint.ConnectionClosedError` (nothing of theirs was sent)."""
+        self._closed = True
+        queued = self._state.take()
+        while queued:
+            for item in queued:
+                trio.lowlevel.reschedule(item.task, outcome.Error(_closed_error()))
+            queued = self._state.take()
+
+    async def execute(self, args: tuple[CommandArg, ...]) -> Any:
+        """Run the batchable command ``args`` and return its reply.
+
+        :raises ResponseError: its own error reply.
+        :raises ConnectionError, TimeoutError, PoolTimeoutError: as
+            :meth:`Pipeline.execute <trio_maint.Pipeline.execute>` (a batch's failure
+            fails each command in it).
+        :raises ConnectionClosedError: the client closed before the reply came.
+        """
+        if self._closed:
+            raise _closed_error()
+        state = self._state
+        if state.start():  # nothing else in flight: nothing to batch with
+            try:
+                return await self._client._send_pooled(args, timeout=UNSET)
+            finally:
+                state.done()
+        item = _Queued(args, trio.lowlevel.current_task())
+        if state.enqueue(item):
+            self._idle.unpark()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            if not state.withdraw(item):
+                item.abandoned = True  # a batch has it: its reply is dropped
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        try:
+            return await trio.lowlevel.wait_task_rescheduled(abort)
+        finally:
+            state.done()
+
+    async def _worker(self) -> None:
+        state = self._state
+        while True:
+            batch = state.take()
+            if not batch:
+                await self._idle.park()
+                continue
+            if state.queue:  # more than one batch's worth: another worker takes the rest
+                self._idle.unpark()
+            await self._run_batch(batch)
+
+    async def _run_batch(self, batch: list[_Queued]) -> None:
+        """Send ``batch`` as one pipeline and wake each task with its reply."""
+        try:
+            replies = await Pipeline(self._client, transaction=False)._run(
+                [item.args for item in batch]
+            )
+        except trio.Cancelled:
+            for item in batch:
+                if not item.abandoned:
+                    trio.lowlevel.reschedule(item.task, outcome.Error(_closed_error()))
+            raise
+        except Exception as exc:  # the batch failed: so did each of its commands
+            for item in batch:
+                if not item.abandoned:
+                    trio.lowlevel.reschedule(item.task, outcome.Error(_copy(exc)))
+            return
+        for item, reply in zip(batch, replies, strict=True):
+            if item.abandoned:
+                continue
+            if isinstance(reply, RedisError):
+                trio.lowlevel.reschedule(item.task, outcome.Error(reply))
+            else:
+                trio.lowlevel.reschedule(item.task, outcome.Value(reply))
+
+
+def _closed_error() -> ConnectionClosedError:
+    return ConnectionClosedError("the client is closed")
+
+
+def _copy(exc: Exception) -> Exception:
+    """Each task raises an exception of its own (a traceback is per raise): a copy of
+    ``exc``, caused by it; ``exc`` itself when it cannot be copied."""
+    try:
+        twin = copy.copy(exc)
+    except Exception:  # pragma: no cover - every exception of ours copies
+        return exc
+    twin.__cause__ = exc
+    return twin

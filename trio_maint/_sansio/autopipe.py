@@ -1,0 +1,140 @@
+"""Auto-pipelining decisions (sans-IO): which commands may share a write with other
+tasks' commands, and when a command joins a batch rather than going straight out.
+
+With ``auto_pipeline=True`` (:class:`~trio_maint.ClientOptions`), commands that several
+tasks of one client send at the same time are written together, one pipeline per batch,
+instead of one write and one reply wait per command on a connection each. The Trio shell
+(:mod:`trio_maint._client.autopipe`) parks the tasks and runs the batches; this module
+decides:
+
+* :func:`batchable`: only commands that neither block (``BLPOP``, ``XREAD ... BLOCK``)
+  nor change or depend on their connection's state (``SELECT``, ``WATCH``, ``MULTI``,
+  ``CLIENT ...``, ``SUBSCRIBE``, ``AUTH``, ``HELLO``, ``READONLY``) join a batch: the
+  data commands the server flags ``readonly`` or ``write`` and not ``blocking`` (from
+  :mod:`~trio_maint._sansio.command_table`, the server's own ``COMMAND`` reply), plus
+  ``PING``, ``ECHO``, ``TIME``, ``PUBLISH`` and ``SPUBLISH``. Scripts (``EVAL*``,
+  ``FCALL*``) do not: a script call resends itself after ``NOSCRIPT``.
+* :class:`BatchQueue`: a command sent while no other command of the client is in flight
+  goes straight out (no batching delay for a lone task); otherwise it queues, and a free
+  batch worker takes up to :data:`MAX_BATCH` queued commands, in order, as one pipeline.
+
+Replies are matched to commands by their order, as in any pipeline; an error reply fails
+its own command only. A command is resent only as a pipeline's commands are (the retry
+policy: what a reply proves did not run).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Final, Generic, TypeVar
+
+import attrs
+
+from .command_table import COMMANDS
+from .encode import CommandArg
+
+__all__ = ["BATCHABLE_COMMANDS", "MAX_BATCH", "BatchQueue", "batchable"]
+
+#: The most commands one batch (one write, one pipeline) holds.
+MAX_BATCH: Final = 256
+
+_EXTRA: Final = ("PING", "ECHO", "TIME", "PUBLISH", "SPUBLISH")
+#: Flags that keep a ``readonly``/``write`` command out of batches: it blocks, is a
+#: script, or is a debugging command.
+_EXCLUDING: Final = frozenset({"blocking", "noscript", "admin", "pubsub", "no_multi"})
+
+
+def _batchable_names() -> frozenset[str]:
+    names = set(_EXTRA)
+    for name, (_arity, flags, _keys) in COMMANDS.items():
+        words = set(flags.split())
+        if "|" in name or words & _EXCLUDING:
+            continue
+        if "readonly" in words or "write" in words:
+            names.add(name)
+    return frozenset(names)
+
+
+#: Upper-case names of the commands that may join a batch (see the module doc).
+BATCHABLE_COMMANDS: Final[frozenset[str]] = _batchable_names()
+
+# The usual spellings (upper and lower case, str and bytes), for one set lookup.
+_SPELLINGS: Final[frozenset[str | bytes]] = frozenset(
+    spelling
+    for name in BATCHABLE_COMMANDS
+    for spelling in (name, name.lower(), name.encode(), name.lower().encode())
+)
+
+
+def batchable(args: tuple[CommandArg, ...]) -> bool:
+    """Whether the command ``args`` (name first) may share a write with other tasks'
+    commands (see the module doc). ``False`` for an empty tuple or a name that is not a
+    ``str`` or ``bytes``."""
+    if not args:
+        return False
+    name = args[0]
+    if name in _SPELLINGS:
+        return True
+    if isinstance(name, bytes):
+        try:
+            name = name.decode("ascii")
+        except UnicodeDecodeError:
+            return False
+    if not isinstance(name, str):
+        return False
+    return name.upper() in BATCHABLE_COMMANDS
+
+
+T = TypeVar("T")
+
+
+@attrs.define
+class BatchQueue(Generic[T]):
+    """Which commands batch, and which go out now (sans-IO: no I/O, no clock).
+
+    ``T`` is the shell's record of one queued command. Counters: :attr:`in_flight` counts
+    the client's auto-pipelined commands between :meth:`start` and :meth:`done` (straight
+    or batched); :attr:`queue` holds the commands waiting for a batch worker, in order.
+    """
+
+    max_batch: int = MAX_BATCH
+    #: Commands between :meth:`start` and :meth:`done`.
+    in_flight: int = 0
+    #: Commands waiting for a batch, oldest first.
+    queue: deque[T] = attrs.field(factory=deque)
+
+    def start(self) -> bool:
+        """A command begins: ``True`` when it should go straight out (no other command
+        in flight: nothing to batch it with), ``False`` when it should be queued
+        (:meth:`enqueue`). Either way it counts as in flight until :meth:`done`."""
+        self.in_flight += 1
+        return self.in_flight == 1
+
+    def enqueue(self, item: T) -> bool:
+        """Queue ``item``; ``True`` when the queue was empty (a batch worker must be
+        woken), ``False`` when a wake-up is already due."""
+        self.queue.append(item)
+        return len(self.queue) == 1
+
+    def take(self) -> list[T]:
+        """The next batch: up to :attr:`max_batch` queued items, oldest first, removed
+        from the queue (empty when nothing is queued)."""
+        queue = self.queue
+        if len(queue) <= self.max_batch:
+            batch = list(queue)
+            queue.clear()
+            return batch
+        return [queue.popleft() for _ in range(self.max_batch)]
+
+    def withdraw(self, item: T) -> bool:
+        """Remove ``item`` from the queue (its task was cancelled before a batch took
+        it: it was never sent). ``False`` when a batch already took it."""
+        try:
+            self.queue.remove(item)
+        except ValueError:
+            return False
+        return True
+
+    def done(self, count: int = 1) -> None:
+        """``count`` commands ended (replied, failed or abandoned)."""
+        self.in_flight -= count
