@@ -59,6 +59,7 @@ CASES: dict[str, tuple[int, str]] = {
 #: client -> event loop it runs on
 CLIENTS: dict[str, str] = {
     "trio_maint": "trio",
+    "trio_maint-auto": "trio",
     "coredis": "trio",
     "valkey-glide": "asyncio",
     "redis-py": "asyncio",
@@ -194,12 +195,16 @@ async def _measure(
 
 
 @contextlib.asynccontextmanager
-async def _open_trio_maint(url: str, port: int, ntasks: int) -> AsyncIterator[list[Ops]]:
+async def _open_trio_maint(
+    url: str, port: int, ntasks: int, *, auto_pipeline: bool = False
+) -> AsyncIterator[list[Ops]]:
     import trio_maint
 
     # A plain redis-server refuses the maintenance opt-in; bench_maintenance measures it.
     maint = trio_maint.MaintConfig(mode="disabled")
-    async with trio_maint.open_redis(url, pool_size=ntasks, maintenance=maint) as r:
+    async with trio_maint.open_redis(
+        url, pool_size=ntasks, maintenance=maint, auto_pipeline=auto_pipeline
+    ) as r:
 
         async def pipeline_get(key: str, n: int) -> Any:
             pipe = r.pipeline(transaction=False)
@@ -338,6 +343,8 @@ async def _open_bare_asyncio(url: str, port: int, ntasks: int) -> AsyncIterator[
 
 OPENERS: dict[str, Opener] = {
     "trio_maint": _open_trio_maint,
+    # trio_maint with auto_pipeline=True: concurrent tasks' commands share writes.
+    "trio_maint-auto": functools.partial(_open_trio_maint, auto_pipeline=True),
     "coredis": _open_coredis,
     "valkey-glide": _open_glide,
     "redis-py": _open_redis_py,
@@ -358,10 +365,11 @@ async def _async_library_under_trio() -> str:
 def _describe(client: str) -> dict[str, Any]:
     """Import the client's library (ImportError when it is missing) and say what it is."""
     info: dict[str, Any] = {"loop": CLIENTS[client], "hiredis": hiredis.__version__}
-    if client == "trio_maint":
+    if client in ("trio_maint", "trio_maint-auto"):
         import trio_maint
 
         info["version"] = getattr(trio_maint, "__version__", None)
+        info["auto_pipeline"] = client == "trio_maint-auto"
     elif client == "coredis":
         from importlib.metadata import version
 
@@ -388,7 +396,7 @@ def _describe(client: str) -> dict[str, Any]:
     else:
         info["version"] = None
         info["parser"] = "hiredis"
-    if client in ("trio_maint", "bare-trio"):
+    if client in ("trio_maint", "trio_maint-auto", "bare-trio"):
         info["parser"] = "hiredis"
     info["trio" if CLIENTS[client] == "trio" else "python"] = (
         trio.__version__ if CLIENTS[client] == "trio" else sys.version.split()[0]

@@ -1,4 +1,5 @@
-"""Peers side by side (issue 18): trio_maint against coredis on Trio, valkey-glide
+"""Peers side by side (issue 18): trio_maint (as it is by default, and as
+``trio_maint-auto`` with ``auto_pipeline=True``) against coredis on Trio, valkey-glide
 (asyncio), redis-py asyncio (hiredis), a bare Trio+hiredis loop and a bare asyncio+hiredis
 loop, with redis-benchmark for reference, on one redis-server in one run.
 
@@ -49,6 +50,9 @@ from ._peers import BIG_KEY, BIG_SIZE, CASES, CLIENTS, KEY, PIPELINE, VALUE
 
 #: The peers trio_maint is divided by, in the order of the tables.
 PEERS = ("coredis", "valkey-glide", "redis-py", "bare-trio", "bare-asyncio", "redis-benchmark")
+#: trio_maint as it is by default, and with ``auto_pipeline=True``: each gets its tables of
+#: ratios to the peers.
+OURS = ("trio_maint", "trio_maint-auto")
 REDIS_BENCHMARK = "redis-benchmark"
 
 
@@ -203,7 +207,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    all_clients = ["trio_maint", *[c for c in (*CLIENTS, REDIS_BENCHMARK) if c != "trio_maint"]]
+    all_clients = [*OURS, *[c for c in (*CLIENTS, REDIS_BENCHMARK) if c not in OURS]]
     wanted = list(all_clients)
     if args.clients:
         unknown = set(args.clients) - set(wanted)
@@ -299,7 +303,11 @@ def _report(
     """Summaries per case and client, per-round ratios; print the three tables."""
     cases: dict[str, Any] = {}
     peers = [p for p in PEERS if p in clients]
-    rate_rows, cpu_rows, ratio_rows, cpu_ratio_rows = [], [], [], []
+    ours = [c for c in OURS if c in clients]
+    rate_rows: list[list[str]] = []
+    cpu_rows: list[list[str]] = []
+    ratio_rows: dict[str, list[list[str]]] = {us: [] for us in ours}
+    cpu_ratio_rows: dict[str, list[list[str]]] = {us: [] for us in ours}
     for case, (tasks, what) in CASES.items():
         entry: dict[str, Any] = {"tasks": tasks, "what": what}
         for client in clients:
@@ -308,35 +316,39 @@ def _report(
                 entry[client]["cpu_us_per_op"] = summarize(cpu[(client, case)])
         ratios: dict[str, Any] = {}
         cpu_ratios: dict[str, Any] = {}
-        ours = ops.get(("trio_maint", case), [])
-        our_cpu = cpu.get(("trio_maint", case), [])
-        for peer in peers:
-            theirs = ops.get((peer, case), [])
-            their_cpu = cpu.get((peer, case), [])
-            # Round by round: the two measurements of a round ran next to each other.
-            pairs = [a / b for a, b in zip(ours, theirs, strict=False) if b]
-            cpu_pairs = [a / b for a, b in zip(our_cpu, their_cpu, strict=False) if b]
-            ratios[f"trio_maint/{peer}"] = summarize(pairs) if pairs else None
-            cpu_ratios[f"trio_maint/{peer}"] = summarize(cpu_pairs) if cpu_pairs else None
+        for us in ours:
+            our_ops = ops.get((us, case), [])
+            our_cpu = cpu.get((us, case), [])
+            for peer in peers:
+                theirs = ops.get((peer, case), [])
+                their_cpu = cpu.get((peer, case), [])
+                # Round by round: the two measurements of a round ran next to each other.
+                pairs = [a / b for a, b in zip(our_ops, theirs, strict=False) if b]
+                cpu_pairs = [a / b for a, b in zip(our_cpu, their_cpu, strict=False) if b]
+                ratios[f"{us}/{peer}"] = summarize(pairs) if pairs else None
+                cpu_ratios[f"{us}/{peer}"] = summarize(cpu_pairs) if cpu_pairs else None
+            ratio_rows[us].append([case, *[_cell(ratios[f"{us}/{p}"], 2) for p in peers]])
+            cpu_ratio_rows[us].append(
+                [case, *[_cell(cpu_ratios[f"{us}/{p}"], 2) for p in peers]]
+            )
         entry["ratios"] = ratios
         entry["cpu_ratios"] = cpu_ratios
         cases[case] = entry
         rate_rows.append([case, *[_cell(entry.get(c)) for c in clients]])
         cpu_rows.append([case, *[_cell(entry.get(c, {}).get("cpu_us_per_op"), 1) for c in clients]])
-        ratio_rows.append([case, *[_cell(ratios[f"trio_maint/{p}"], 2) for p in peers]])
-        cpu_ratio_rows.append([case, *[_cell(cpu_ratios[f"trio_maint/{p}"], 2) for p in peers]])
     print_table("ops/s (median ±spread over rounds)", ["case", *clients], rate_rows)
     print_table("client CPU µs per op (median ±spread)", ["case", *clients], cpu_rows)
-    print_table(
-        "ops/s ratio trio_maint ÷ peer, per round (median ±spread; > 1: trio_maint faster)",
-        ["case", *[f"÷{p}" for p in peers]],
-        ratio_rows,
-    )
-    print_table(
-        "CPU per op ratio trio_maint ÷ peer, per round (median ±spread; < 1: trio_maint cheaper)",
-        ["case", *[f"÷{p}" for p in peers]],
-        cpu_ratio_rows,
-    )
+    for us in ours:
+        print_table(
+            f"ops/s ratio {us} ÷ peer, per round (median ±spread; > 1: {us} faster)",
+            ["case", *[f"÷{p}" for p in peers]],
+            ratio_rows[us],
+        )
+        print_table(
+            f"CPU per op ratio {us} ÷ peer, per round (median ±spread; < 1: {us} cheaper)",
+            ["case", *[f"÷{p}" for p in peers]],
+            cpu_ratio_rows[us],
+        )
     for client, message in errors.items():
         print(f"{client}: FAILED ({message}); its cases are missing", flush=True)
     return {"cases": cases}

@@ -41,6 +41,7 @@ EXTRA_ARGS = {"peers": ["--duration", "0.05"]}
 PEER_CASES = {"seq_get", "pool50_setget", "pipeline100", "mixed50", "big_get", "big_get10"}
 PEER_CLIENTS = (
     "trio_maint",
+    "trio_maint-auto",
     "coredis",
     "valkey-glide",
     "redis-py",
@@ -183,9 +184,9 @@ def check_document(name: str, doc: dict[str, Any]) -> None:
 
 def check_peers(doc: dict[str, Any]) -> None:
     """Every client either measured in every case or skipped with a reason; the bare loops
-    and trio_maint always measured; coredis wherever it is installed (on Trio)."""
+    and trio_maint (with and without auto_pipeline) always measured; coredis wherever it is installed (on Trio)."""
     clients = doc["clients"]
-    assert clients[0] == "trio_maint"
+    assert clients[:2] == ["trio_maint", "trio_maint-auto"]
     assert {"bare-trio", "bare-asyncio"} <= set(clients)
     for client in PEER_CLIENTS:
         assert (client in clients) != (client in doc["skipped"]), client
@@ -204,9 +205,10 @@ def check_peers(doc: dict[str, Any]) -> None:
             check_summary(entry[client])
             assert entry[client]["median"] > 0
             check_summary(entry[client]["cpu_us_per_op"])
-            if client != "trio_maint":
-                check_summary(entry["ratios"][f"trio_maint/{client}"])
-                check_summary(entry["cpu_ratios"][f"trio_maint/{client}"])
+            if client not in ("trio_maint", "trio_maint-auto"):
+                for us in ("trio_maint", "trio_maint-auto"):  # auto_pipeline=True too
+                    check_summary(entry["ratios"][f"{us}/{client}"])
+                    check_summary(entry["cpu_ratios"][f"{us}/{client}"])
 
 
 # parser runs through the runner below (the cheapest, so the runner is tested cheaply).

@@ -396,6 +396,9 @@ async def test_no_startup_node_answers() -> None:
     with pytest.raises(ValueError):
         async with trio_maint.open_redis_cluster("redis://127.0.0.1:7000/3"):
             pass  # pragma: no cover
+    with pytest.raises(ValueError, match="auto_pipeline is for a standalone client"):
+        async with trio_maint.open_redis_cluster("redis://127.0.0.1:7000", auto_pipeline=True):
+            pass  # pragma: no cover
 
 
 async def test_transaction_follows_moved_and_ask(redis_cluster: LocalCluster) -> None:

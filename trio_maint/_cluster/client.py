@@ -598,7 +598,7 @@ async def open_redis_cluster(
     :returns: an async context manager yielding a :class:`RedisCluster`; every node pool
         and background task ends with the block.
     :raises ConnectionError: no startup node answered ``CLUSTER SHARDS``/``CLUSTER SLOTS``.
-    :raises ValueError: a bad URL or option.
+    :raises ValueError: a bad URL or option (``auto_pipeline`` too: standalone only).
     :raises RuntimeError: not inside a Trio run.
     """
     if not trio.lowlevel.in_trio_run():
@@ -617,6 +617,8 @@ async def open_redis_cluster(
         raise ValueError("Redis Cluster only has database 0")
     if base.unix_path is not None:
         raise ValueError("a cluster client connects over TCP (no unix_path)")
+    if base.auto_pipeline:
+        raise ValueError("auto_pipeline is for a standalone client (open_redis)")
     try:
         async with trio.open_nursery() as nursery:
             cluster = RedisCluster(
