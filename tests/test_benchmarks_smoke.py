@@ -184,7 +184,8 @@ def check_document(name: str, doc: dict[str, Any]) -> None:
 
 def check_peers(doc: dict[str, Any]) -> None:
     """Every client either measured in every case or skipped with a reason; the bare loops
-    and trio_maint (with and without auto_pipeline) always measured; coredis wherever it is installed (on Trio)."""
+    and trio_maint (with and without auto_pipeline) always measured; coredis wherever it
+    is installed (on Trio)."""
     clients = doc["clients"]
     assert clients[:2] == ["trio_maint", "trio_maint-auto"]
     assert {"bare-trio", "bare-asyncio"} <= set(clients)
