@@ -328,9 +328,7 @@ def _report(
                 ratios[f"{us}/{peer}"] = summarize(pairs) if pairs else None
                 cpu_ratios[f"{us}/{peer}"] = summarize(cpu_pairs) if cpu_pairs else None
             ratio_rows[us].append([case, *[_cell(ratios[f"{us}/{p}"], 2) for p in peers]])
-            cpu_ratio_rows[us].append(
-                [case, *[_cell(cpu_ratios[f"{us}/{p}"], 2) for p in peers]]
-            )
+            cpu_ratio_rows[us].append([case, *[_cell(cpu_ratios[f"{us}/{p}"], 2) for p in peers]])
         entry["ratios"] = ratios
         entry["cpu_ratios"] = cpu_ratios
         cases[case] = entry
