@@ -28,8 +28,14 @@ import outcome
 import trio
 
 from .._sansio.autopipe import BatchQueue
-from .._sansio.encode import CommandArg
-from .._sansio.errors import ConnectionClosedError, RedisError
+from .._sansio.encode import CommandArg, encode_command
+from .._sansio.errors import (
+    ConnectionClosedError,
+    ConnectionError,
+    DataError,
+    ProtocolError,
+    RedisError,
+)
 from .._sansio.unset import UNSET
 from .pipeline import Pipeline
 
@@ -134,28 +140,80 @@ class AutoPipeliner:
             await self._run_batch(batch)
 
     async def _run_batch(self, batch: list[_Queued]) -> None:
-        """Send ``batch`` as one pipeline and wake each task with its reply."""
+        """Send ``batch`` as one pipeline and wake each task with its reply.
+
+        A failure is each command's own where that can be told: an argument that does
+        not encode fails its command only (nothing was sent; the rest go as a batch), and
+        a reply that breaks the connection (past a cap, not RESP) fails its command,
+        while the commands before it get their replies, already read, and those after it
+        a :class:`~trio_maint.ConnectionError` (written: they may have run). Any other
+        failure of the batch's connection fails each of its commands, as it fails each
+        command of a pipeline."""
+        commands = [item.args for item in batch]
         try:
-            replies = await Pipeline(self._client, transaction=False)._run(
-                [item.args for item in batch]
-            )
+            replies = await Pipeline(self._client, transaction=False)._run(commands)
         except trio.Cancelled:
-            for item in batch:
-                if not item.abandoned:
-                    trio.lowlevel.reschedule(item.task, outcome.Error(_closed_error()))
+            _fail(batch, _closed_error())
             raise
-        except Exception as exc:  # the batch failed: so did each of its commands
-            for item in batch:
-                if not item.abandoned:
-                    trio.lowlevel.reschedule(item.task, outcome.Error(_copy(exc)))
+        except DataError:  # raised before anything was written: find whose it is
+            batch = self._refuse_unencodable(batch)
+            if batch:
+                await self._run_batch(batch)
             return
-        for item, reply in zip(batch, replies, strict=True):
-            if item.abandoned:
-                continue
-            if isinstance(reply, RedisError):
-                trio.lowlevel.reschedule(item.task, outcome.Error(reply))
+        except ProtocolError as exc:
+            read = exc.read_before
+            if read is None or read[0] is not commands:
+                _fail(batch, exc)
+                return
+            done = len(read[1])
+            _deliver(batch[:done], read[1])
+            _fail(batch[done : done + 1], exc)
+            after = ConnectionError(
+                "the connection was discarded after an earlier command of the same "
+                "auto-pipelined batch got a reply it could not take; this command may "
+                "have run"
+            )
+            after.__cause__ = exc
+            _fail(batch[done + 1 :], after)
+            return
+        except Exception as exc:  # the batch's connection failed: so did each command
+            _fail(batch, exc)
+            return
+        _deliver(batch, replies)
+
+    @staticmethod
+    def _refuse_unencodable(batch: list[_Queued]) -> list[_Queued]:
+        """Fail each command of ``batch`` whose arguments do not encode with its own
+        :class:`~trio_maint.DataError`; return the others."""
+        rest = []
+        for item in batch:
+            try:
+                encode_command(item.args)
+            except DataError as exc:
+                _fail([item], exc)
             else:
-                trio.lowlevel.reschedule(item.task, outcome.Value(reply))
+                rest.append(item)
+        return rest
+
+
+def _deliver(batch: list[_Queued], replies: list[Any]) -> None:
+    """Wake each task of ``batch`` with its reply (an error reply raised)."""
+    for item, reply in zip(batch, replies, strict=True):
+        if item.abandoned:
+            continue
+        if isinstance(reply, RedisError):
+            trio.lowlevel.reschedule(item.task, outcome.Error(reply))
+        else:
+            trio.lowlevel.reschedule(item.task, outcome.Value(reply))
+
+
+def _fail(batch: list[_Queued], exc: Exception) -> None:
+    """Wake each task of ``batch`` with ``exc`` (a copy each after the first)."""
+    first = True
+    for item in batch:
+        if not item.abandoned:
+            trio.lowlevel.reschedule(item.task, outcome.Error(exc if first else _copy(exc)))
+            first = False
 
 
 def _closed_error() -> ConnectionClosedError:

@@ -345,10 +345,10 @@ class Connection(StreamIO):
         stream = self._begin()
         configured = self._configured_timeout(timeout)
         self._sending = self._receiving = True
+        replies: list[RespValue] = []
         try:
             await self._send(stream, data, configured, reply_follows=True)
             count = len(commands)
-            replies: list[RespValue] = []
             pushed = self._take_replies(replies, count)
             start: float | None = None
             deadline = _INF
@@ -371,6 +371,11 @@ class Connection(StreamIO):
                     eager = False
                 pushed = self._take_replies(replies, count)
             return replies
+        except ProtocolError as exc:
+            self.broken = True
+            if exc.read_before is None:  # the replies before the one at fault
+                exc.read_before = (commands, replies)
+            raise
         except BaseException:
             self.broken = True
             raise

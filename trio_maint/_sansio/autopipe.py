@@ -73,6 +73,9 @@ def batchable(args: tuple[CommandArg, ...]) -> bool:
     if not args:
         return False
     name = args[0]
+    kind = name.__class__
+    if kind is not str and kind is not bytes:  # (a writable memoryview cannot be hashed)
+        return False
     if name in _SPELLINGS:
         return True
     if isinstance(name, bytes):
@@ -80,8 +83,7 @@ def batchable(args: tuple[CommandArg, ...]) -> bool:
             name = name.decode("ascii")
         except UnicodeDecodeError:
             return False
-    if not isinstance(name, str):
-        return False
+    assert isinstance(name, str)
     return name.upper() in BATCHABLE_COMMANDS
 
 

@@ -142,7 +142,9 @@ def command_timeout(args: tuple[CommandArg, ...]) -> float | None:
     if not args:
         return None
     name: Any = args[0]
-    if name not in _SPELLINGS:
+    kind = name.__class__
+    # (Only a str or bytes is looked up as it is: a writable memoryview cannot be hashed.)
+    if (kind is not str and kind is not bytes) or name not in _SPELLINGS:
         name = _upper(name)
         if name not in BLOCKING_COMMANDS:
             return None

@@ -8,7 +8,7 @@ Every error the public API raises derives from :class:`RedisError`, apart from
 from __future__ import annotations
 
 import builtins
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = [
     "AskError",
@@ -101,6 +101,11 @@ class ProtocolError(RedisError):
 
     The connection that read them is discarded.
     """
+
+    #: Raised while reading a pipeline's replies: ``(commands, replies)``, the sequence of
+    #: commands that was sent and the replies read before the one at fault (a ``list``,
+    #: in order), else ``None``. Auto-pipelining hands those replies to their commands.
+    read_before: tuple[Any, list[Any]] | None = None
 
 
 class DataError(RedisError):
