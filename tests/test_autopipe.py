@@ -28,7 +28,13 @@ import trio.testing
 import trio_maint
 from trio_maint import ClientOptions, MaintConfig
 from trio_maint._client.autopipe import BATCH_WORKERS, AutoPipeliner
-from trio_maint._sansio.autopipe import MAX_BATCH, BatchQueue, batchable
+from trio_maint._sansio.autopipe import (
+    BIG_REPLY,
+    DIRECT_AFTER_BIG,
+    MAX_BATCH,
+    BatchQueue,
+    batchable,
+)
 from trio_maint._sansio.encode import CommandArg
 from trio_maint.testing import MaintenanceSimulator, RedisServer
 
@@ -268,7 +274,43 @@ def test_batch_queue_withdraw() -> None:
     assert list(q.queue) == []
 
 
+def test_batch_queue_big_replies_send_the_next_commands_straight_out() -> None:
+    q: BatchQueue[object] = BatchQueue()
+    assert q.start() is True
+    assert q.start() is False  # a second command in flight: it would batch
+    q.batch_replied(4, 4 * BIG_REPLY)  # on average not past BIG_REPLY: batching goes on
+    assert q.start() is False
+    q.batch_replied(4, 4 * BIG_REPLY + 1)
+    assert [q.start() for _ in range(DIRECT_AFTER_BIG)] == [True] * DIRECT_AFTER_BIG
+    assert q.start() is False  # then a batch is tried again
+    assert q.in_flight == 3 + DIRECT_AFTER_BIG + 1
+
+
 # ------------------------------------------------------------------ 2. batching, real server
+
+
+@pytest.mark.trio
+async def test_big_values_stop_batching(redis_url: str, batches: Batches) -> None:
+    """After a batch of 100 KiB replies, commands go out on connections of their own (one
+    batch, not one per round): 10 tasks x 20 GETs of a 100 KiB value, then the same with
+    16-byte values, which keep batching."""
+    async with trio_maint.open_redis(redis_url, pool_size=10, auto_pipeline=True) as r:
+        with trio.fail_after(TIMEOUT):
+            for key, value in (("ap:big", b"b" * 100 * 1024), ("ap:small", b"s" * 16)):
+                await r.set(key, value)
+                batches.clear()
+
+                async def task(key: str = key, value: bytes = value) -> None:
+                    for _ in range(20):
+                        assert await r.get(key) == value
+
+                async with trio.open_nursery() as nursery:
+                    for _ in range(10):
+                        nursery.start_soon(task)
+                if key == "ap:big":
+                    assert 1 <= len(batches) <= 2  # 200 < DIRECT_AFTER_BIG commands
+                else:
+                    assert len(batches) > 5
 
 
 async def _incr_workload(url: str, *, auto: bool) -> trio_maint.lowlevel.PoolStats:

@@ -180,6 +180,7 @@ class AutoPipeliner:
             _fail(batch, exc)
             return
         _deliver(batch, replies)
+        self._state.batch_replied(len(batch), _string_bytes(replies))
 
     @staticmethod
     def _refuse_unencodable(batch: list[_Queued]) -> list[_Queued]:
@@ -194,6 +195,11 @@ class AutoPipeliner:
             else:
                 rest.append(item)
         return rest
+
+
+def _string_bytes(replies: list[Any]) -> int:
+    """The length of the ``bytes`` and ``str`` replies among ``replies``, summed."""
+    return sum(len(r) for r in replies if r.__class__ is bytes or r.__class__ is str)
 
 
 def _deliver(batch: list[_Queued], replies: list[Any]) -> None:

@@ -17,6 +17,9 @@ decides:
 * :class:`BatchQueue`: a command sent while no other command of the client is in flight
   goes straight out (no batching delay for a lone task); otherwise it queues, and a free
   batch worker takes up to :data:`MAX_BATCH` queued commands, in order, as one pipeline.
+  After a batch whose replies averaged over :data:`BIG_REPLY` bytes, the next
+  :data:`DIRECT_AFTER_BIG` commands go straight out: big values travel better side by
+  side on connections of their own than one after the other in a batch.
 
 Replies are matched to commands by their order, as in any pipeline; an error reply fails
 its own command only. A command is resent only as a pipeline's commands are (the retry
@@ -33,10 +36,24 @@ import attrs
 from .command_table import COMMANDS
 from .encode import CommandArg
 
-__all__ = ["BATCHABLE_COMMANDS", "MAX_BATCH", "BatchQueue", "batchable"]
+__all__ = [
+    "BATCHABLE_COMMANDS",
+    "BIG_REPLY",
+    "DIRECT_AFTER_BIG",
+    "MAX_BATCH",
+    "BatchQueue",
+    "batchable",
+]
 
 #: The most commands one batch (one write, one pipeline) holds.
 MAX_BATCH: Final = 256
+#: Bytes per reply (``int``, averaged over a batch's string replies) past which batching
+#: stops paying: a batch's big replies come one after the other through one connection,
+#: where each task's own connection would carry them side by side.
+BIG_REPLY: Final = 16 * 1024
+#: After a batch of big replies, this many commands go straight out (``int``) before a
+#: batch is tried again.
+DIRECT_AFTER_BIG: Final = 256
 
 _EXTRA: Final = ("PING", "ECHO", "TIME", "PUBLISH", "SPUBLISH")
 #: Flags that keep a ``readonly``/``write`` command out of batches: it blocks, is a
@@ -104,13 +121,26 @@ class BatchQueue(Generic[T]):
     in_flight: int = 0
     #: Commands waiting for a batch, oldest first.
     queue: deque[T] = attrs.field(factory=deque)
+    #: Commands still to go straight out after a batch of big replies.
+    direct_left: int = 0
 
     def start(self) -> bool:
         """A command begins: ``True`` when it should go straight out (no other command
-        in flight: nothing to batch it with), ``False`` when it should be queued
-        (:meth:`enqueue`). Either way it counts as in flight until :meth:`done`."""
+        in flight: nothing to batch it with; or big replies seen lately), ``False`` when
+        it should be queued (:meth:`enqueue`). Either way it counts as in flight until
+        :meth:`done`."""
         self.in_flight += 1
+        if self.direct_left:
+            self.direct_left -= 1
+            return True
         return self.in_flight == 1
+
+    def batch_replied(self, commands: int, reply_bytes: int) -> None:
+        """A batch of ``commands`` (``int``) was answered with ``reply_bytes`` (``int``)
+        bytes of string replies: past :data:`BIG_REPLY` a reply on average, the next
+        :data:`DIRECT_AFTER_BIG` commands go straight out."""
+        if reply_bytes > BIG_REPLY * commands:
+            self.direct_left = DIRECT_AFTER_BIG
 
     def enqueue(self, item: T) -> bool:
         """Queue ``item``; ``True`` when the queue was empty (a batch worker must be
