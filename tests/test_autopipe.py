@@ -75,9 +75,9 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> Batches:
     seen: Batches = []
     original = AutoPipeliner._run_batch
 
-    async def spy(self: AutoPipeliner, batch: list[Any]) -> None:
+    async def spy(self: AutoPipeliner, batch: list[Any], conn: Any) -> None:
         seen.append([item.args for item in batch])
-        await original(self, batch)
+        await original(self, batch, conn)
 
     monkeypatch.setattr(AutoPipeliner, "_run_batch", spy)
     return seen
@@ -599,8 +599,8 @@ async def test_closing_fails_queued_and_batched_commands(sim: MaintenanceSimulat
 
 @pytest.mark.trio
 async def test_closing_fails_batches_waiting_for_a_connection(sim: MaintenanceSimulator) -> None:
-    """As above with ``pool_size=2``: one batch written, the other workers' batches
-    waiting for a pool connection, more commands queued behind them: the client closing
+    """As above with ``pool_size=2``: one batch written, a worker waiting for a pool
+    connection, more commands queued behind it: the client closing
     fails every one with ConnectionClosedError, none hangs."""
     outcomes: dict[str, object] = {}
     with trio.fail_after(TIMEOUT):
@@ -621,7 +621,8 @@ async def test_closing_fails_batches_waiting_for_a_connection(sim: MaintenanceSi
                         outer.start_soon(run, f"ap:held:{i}")
                         await settle()
                     assert len(written_to(sim, before)) == 2  # the others wait for the pool
-                    assert r.pool.waiting == BATCH_WORKERS - 1
+                    # A worker waits for a connection before it takes the queued commands.
+                    assert r.pool.waiting >= 1
                     held = bytes_in(sim)
                     for i in range(3):
                         outer.start_soon(run, f"ap:queued:{i}")

@@ -40,6 +40,7 @@ from .._sansio.unset import UNSET
 from .pipeline import Pipeline
 
 if TYPE_CHECKING:
+    from .._net.connection import Connection
     from .redis import Redis
 
 __all__ = ["BATCH_WORKERS", "AutoPipeliner"]
@@ -131,15 +132,37 @@ class AutoPipeliner:
     async def _worker(self) -> None:
         state = self._state
         while True:
-            batch = state.take()
-            if not batch:
+            if not state.queue:
                 await self._idle.park()
                 continue
+            taken = await self._take_batch()
+            if taken is None:
+                continue
+            batch, conn = taken
             if state.queue:  # more than one batch's worth: another worker takes the rest
                 self._idle.unpark()
-            await self._run_batch(batch)
+            await self._run_batch(batch, conn)
 
-    async def _run_batch(self, batch: list[_Queued]) -> None:
+    async def _take_batch(self) -> tuple[list[_Queued], Connection] | None:
+        """A pool connection, then the queued commands (a batch): a command leaves the
+        queue only when nothing stands between it and its write, so that one whose task
+        is cancelled while a connection is found (a dial, a full pool) is taken back
+        unsent, never written after that task's next command. ``None`` when the queue
+        emptied meanwhile, or when no connection came (the queued commands then failed
+        with the pool's error)."""
+        pool = self._client.pool
+        try:
+            conn = await pool.acquire_for_reply()
+        except Exception as exc:  # a full pool, a failed dial, a closed pool
+            _fail(self._state.take(), exc)
+            return None
+        batch = self._state.take()
+        if not batch:
+            pool.release(conn)
+            return None
+        return batch, conn
+
+    async def _run_batch(self, batch: list[_Queued], conn: Connection) -> None:
         """Send ``batch`` as one pipeline and wake each task with its reply.
 
         A failure is each command's own where that can be told: an argument that does
@@ -151,14 +174,18 @@ class AutoPipeliner:
         command of a pipeline."""
         commands = [item.args for item in batch]
         try:
-            replies = await Pipeline(self._client, transaction=False)._run(commands)
+            replies = await Pipeline(self._client, transaction=False)._run(commands, acquired=conn)
         except trio.Cancelled:
             _fail(batch, _closed_error())
             raise
-        except DataError:  # raised before anything was written: find whose it is
-            batch = self._refuse_unencodable(batch)
-            if batch:
-                await self._run_batch(batch)
+        except DataError as exc:  # raised before anything was written: find whose it is
+            rest = self._refuse_unencodable(batch)
+            if len(rest) == len(batch):  # (no culprit found: never sent again as it was)
+                _fail(rest, exc)
+                return
+            # Back to the front of the queue (this worker takes them next, with a
+            # connection in hand), but for those whose task was cancelled meanwhile.
+            self._state.queue.extendleft(reversed([i for i in rest if not i.abandoned]))
             return
         except ProtocolError as exc:
             read = exc.read_before

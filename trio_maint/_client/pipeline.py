@@ -326,7 +326,11 @@ class Pipeline(PipelineScripting, PipelineCommands):
             self._observing = False
 
     async def _run(
-        self, commands: list[tuple[CommandArg, ...]], *, transaction: bool = False
+        self,
+        commands: list[tuple[CommandArg, ...]],
+        *,
+        transaction: bool = False,
+        acquired: Connection | None = None,
     ) -> list[Any]:
         """Send ``commands`` in one write and return their replies (error replies as
         values). A pipeline holding a ``WATCH`` runs on its own connection and is never
@@ -334,12 +338,15 @@ class Pipeline(PipelineScripting, PipelineCommands):
         the first attempt calls for it: writes refused with ``READONLY`` (not executed)
         are sent again, in order, when the endpoint is moving; a transaction refused
         while queueing (it ran nothing) is sent again whole; a write that failed before
-        anything was handed to the kernel is sent again. What may have run never is."""
+        anything was handed to the kernel is sent again. What may have run never is.
+
+        ``acquired``: a connection the caller borrowed from the pool for the first
+        attempt (auto-pipelining's batch worker); released here, as one borrowed here."""
         if self._conn is not None:
             return await self._conn.execute_many(commands, timeout=self._reply_wait)
         # The first attempt, as _attempt but inline: no extra coroutine on the hot path.
         pool = self._client.pool
-        conn = await pool.acquire_for_reply()
+        conn = await pool.acquire_for_reply() if acquired is None else acquired
         result: list[Any] | ConnectionError
         try:
             result = await conn.execute_many(commands, timeout=self._reply_wait)

@@ -217,6 +217,14 @@ class Connection(StreamIO):
             raise ConnectionError(f"SELECT {opts.db} failed: {replies[1]}")
         if self.handshake_hook is not None:
             await self.handshake_hook(self)
+        # Bytes past the handshake's replies: push frames are handed on, anything else
+        # (a reply nobody asked for) would be taken for the first command's reply.
+        if (self._parser.has_data() or self._readable()) and not await self.check_idle(
+            schedule=False
+        ):
+            raise ConnectionError(
+                f"{self.endpoint_text} sent more replies than the handshake asked for"
+            )
 
     @classmethod
     async def open(cls, options: ClientOptions, **kwargs: Any) -> Connection:
