@@ -102,7 +102,8 @@ def test_the_check_catches_a_cache_that_ignores_invalidations(
     assert report.cache["stale_reads"] > 0
     assert report.failed_commands == 0 and report.data_intact
     assert not report.ok
-    assert report.verdict_note == f" ({report.cache['stale_reads']:,} stale reads)"
+    stale = report.cache["stale_reads"]
+    assert report.verdict_note == f" ({stale:,} stale read{'' if stale == 1 else 's'})"
 
 
 # ------------------------------------------------------------------------- --cache

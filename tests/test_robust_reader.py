@@ -265,9 +265,14 @@ def is_bad_maintenance(frame: bytes) -> bool:
     return isinstance(parse_notification(parser.next_reply()), Malformed)
 
 
-async def serve(stream: trio.SocketStream, chunks: list[bytes]) -> None:
+async def serve(
+    stream: trio.SocketStream, chunks: list[bytes], connected: trio.Event, handshake: int
+) -> None:
     """Play ``chunks`` one at a time, each once the client has read everything before it,
-    then half-close; requests are drained meanwhile."""
+    then half-close; requests are drained meanwhile. The first ``handshake`` bytes (the
+    handshake's replies) go first, the rest once ``connected`` is set: as from a server,
+    which answers commands only once they are sent (a client fails a dial whose
+    handshake is followed by a reply nobody asked for)."""
 
     async def drain() -> None:
         try:
@@ -279,8 +284,17 @@ async def serve(stream: trio.SocketStream, chunks: list[bytes]) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(drain)
         try:
+            sent = 0
             for chunk in chunks:
+                if sent < handshake < sent + len(chunk):  # the handshake's end: cut there
+                    await stream.send_all(chunk[: handshake - sent])
+                    await trio.testing.wait_all_tasks_blocked()
+                    chunk = chunk[handshake - sent :]
+                    sent = handshake
+                if sent >= handshake:
+                    await connected.wait()
                 await stream.send_all(chunk)
+                sent += len(chunk)
                 await trio.testing.wait_all_tasks_blocked()
             await stream.send_eof()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -300,8 +314,11 @@ async def play(script: Script, chunks: list[bytes]) -> None:
         try:
             with trio.fail_after(20):
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(serve, server_stream, chunks)
+                    connected = trio.Event()
+                    handshake = len(HELLO_REPLY + OK)
+                    nursery.start_soon(serve, server_stream, chunks, connected, handshake)
                     await conn.connect(trio.SocketStream(client_sock))
+                    connected.set()
                     assert conn.maint_enabled
                     for index, group in enumerate(script.groups):
                         args = [("ECHO", f"{index}:{i}") for i in range(len(group))]
