@@ -107,6 +107,12 @@ async def settle() -> None:
     await trio.testing.wait_all_tasks_blocked()
 
 
+def assert_all_closed(outcomes: dict[str, object]) -> None:
+    """Every command of ``outcomes`` raised ConnectionClosedError."""
+    failed = {k for k, v in outcomes.items() if isinstance(v, trio_maint.ConnectionClosedError)}
+    assert failed == set(outcomes), outcomes
+
+
 async def warm(r: trio_maint.Redis, count: int) -> None:
     """Open ``count`` idle connections (dialing through a stalled simulator would hang)."""
     conns = [await r.pool.acquire() for _ in range(count)]
@@ -593,8 +599,7 @@ async def test_closing_fails_queued_and_batched_commands(sim: MaintenanceSimulat
         f"ap:queued:{i}" for i in range(3)
     }
     # Queued, in a batch, and (as without auto-pipelining) the one that went straight out.
-    failed = {k for k, v in outcomes.items() if isinstance(v, trio_maint.ConnectionClosedError)}
-    assert failed == set(outcomes), outcomes
+    assert_all_closed(outcomes)
 
 
 @pytest.mark.trio
@@ -634,8 +639,7 @@ async def test_closing_fails_batches_waiting_for_a_connection(sim: MaintenanceSi
     assert set(outcomes) == {f"ap:held:{i}" for i in range(BATCH_WORKERS + 1)} | {
         f"ap:queued:{i}" for i in range(3)
     }
-    failed = {k for k, v in outcomes.items() if isinstance(v, trio_maint.ConnectionClosedError)}
-    assert failed == set(outcomes), outcomes
+    assert_all_closed(outcomes)
 
 
 @pytest.mark.trio

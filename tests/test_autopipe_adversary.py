@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,6 +21,8 @@ import trio.testing
 
 import trio_maint
 from trio_maint.testing import MaintenanceSimulator, RedisServer
+
+from .test_autopipe import backend, sim, warm  # noqa: F401 (backend and sim: fixtures)
 
 HELLO = (
     b"%3\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.2.0\r\n$5\r\nproto\r\n:3\r\n"
@@ -194,27 +196,9 @@ async def test_hostile_mid_batch(kind: str) -> None:
     assert not bad  # every command got its own reply or an error; none hung
 
 
-@pytest.fixture(scope="module")
-def backend() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def sim(backend: RedisServer) -> AsyncIterator[MaintenanceSimulator]:
-    async with MaintenanceSimulator(backend=backend) as simulator:
-        yield simulator
-
-
-async def warm(r: trio_maint.Redis, count: int) -> None:
-    conns = [await r.pool.acquire() for _ in range(count)]
-    for conn in conns:
-        r.pool.release(conn)
-
-
 @pytest.mark.trio
 @pytest.mark.parametrize("how", ["drop", "fin"])
-async def test_connections_die_mid_batch(sim: MaintenanceSimulator, how: str) -> None:
+async def test_connections_die_mid_batch(sim: MaintenanceSimulator, how: str) -> None:  # noqa: F811
     results: dict[int, int | trio_maint.RedisError] = {}
     with trio.fail_after(10):
         async with trio_maint.open_redis(
@@ -285,7 +269,7 @@ async def test_close_from_outside_mid_load(redis_url: str) -> None:
 
 
 @pytest.mark.trio
-async def test_pool_exhaustion(sim: MaintenanceSimulator) -> None:
+async def test_pool_exhaustion(sim: MaintenanceSimulator) -> None:  # noqa: F811
     res: list[object] = []
     with trio.fail_after(10):
         async with trio_maint.open_redis(
