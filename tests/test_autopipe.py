@@ -280,6 +280,41 @@ def test_batch_queue_withdraw() -> None:
     assert list(q.queue) == []
 
 
+def test_batch_queue_withdraw_is_o1_and_take_passes_over_the_withdrawn() -> None:
+    q: BatchQueue[object] = BatchQueue(max_batch=4)
+    items = [object() for _ in range(10)]
+    for item in items:
+        q.enqueue(item)
+    for item in items[1:9:2]:  # 1, 3, 5, 7
+        assert q.withdraw(item) is True
+    assert q.waiting == 6
+    assert len(q.queue) == 10  # marked, not searched for
+    assert q.take() == [items[0], items[2], items[4], items[6]]
+    assert q.take() == [items[8], items[9]]
+    assert q.waiting == 0 and not q.queue
+    # Withdrawn ones left behind a full batch are dropped once nothing waits.
+    for item in items[:6]:
+        q.enqueue(item)
+    assert q.withdraw(items[5]) is True
+    assert q.take() == items[:4]
+    assert q.withdraw(items[4]) is True  # the last one waiting
+    assert not q.queue and q.waiting == 0 and q.take() == []
+
+
+def test_batch_queue_requeue_puts_taken_items_first_again() -> None:
+    q: BatchQueue[str] = BatchQueue()
+    for item in "abcd":
+        q.enqueue(item)
+    taken = q.take()
+    assert q.withdraw("b") is False  # taken: no longer waiting
+    q.enqueue("e")
+    q.requeue(["a", "c", "d"])
+    assert q.waiting == 4
+    assert q.withdraw("c") is True  # waiting again: may be withdrawn
+    assert q.take() == ["a", "d", "e"]
+    assert taken == ["a", "b", "c", "d"]
+
+
 def test_batch_queue_big_replies_send_the_next_commands_straight_out() -> None:
     q: BatchQueue[object] = BatchQueue()
     assert q.start() is True

@@ -389,7 +389,7 @@ async def test_cancelled_in_the_eager_reads_checkpoint_discards_the_connection(
     await r.set("eager:a", "reply-for-a")
     await r.set("eager:b", "reply-for-b")
     [conn] = r.pool.connections
-    conn._eager_skip = 0
+    conn._spin.skip = 0
     task = trio.lowlevel.current_task()
     with trio.CancelScope() as scope:
         # Step 1 runs from here to the first schedule point: taking the idle connection

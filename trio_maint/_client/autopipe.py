@@ -132,14 +132,14 @@ class AutoPipeliner:
     async def _worker(self) -> None:
         state = self._state
         while True:
-            if not state.queue:
+            if not state.waiting:
                 await self._idle.park()
                 continue
             taken = await self._take_batch()
             if taken is None:
                 continue
             batch, conn = taken
-            if state.queue:  # more than one batch's worth: another worker takes the rest
+            if state.waiting:  # more than one batch's worth: another worker takes the rest
                 self._idle.unpark()
             await self._run_batch(batch, conn)
 
@@ -185,7 +185,7 @@ class AutoPipeliner:
                 return
             # Back to the front of the queue (this worker takes them next, with a
             # connection in hand), but for those whose task was cancelled meanwhile.
-            self._state.queue.extendleft(reversed([i for i in rest if not i.abandoned]))
+            self._state.requeue([i for i in rest if not i.abandoned])
             return
         except ProtocolError as exc:
             read = exc.read_before

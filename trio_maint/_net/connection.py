@@ -43,6 +43,7 @@ from .._sansio.resp import (
     encode_command,
     encode_commands,
 )
+from .._sansio.spin import ReadSpin
 from .._sansio.unset import UNSET, Unset
 from .stream import close_stream, open_stream, socket_of
 from .wire import PUSH_BURST, PushHandler, StreamIO, TimeoutPolicy
@@ -128,7 +129,7 @@ class Connection(StreamIO):
         self.last_used = 0.0
         self.reply_timer = None
         self._timed_out = False
-        self._eager_skip = 0
+        self._spin = ReadSpin()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "broken" if self.broken else "open"

@@ -31,6 +31,7 @@ from .._sansio.errors import (
 from .._sansio.loglimit import log_limited
 from .._sansio.options import ClientOptions
 from .._sansio.resp import NEED_DATA, PushNotification, RespParser, RespValue
+from .._sansio.spin import ReadSpin
 from .._sansio.unset import UNSET, Unset
 from .stream import describe_error
 
@@ -44,8 +45,6 @@ logger = logging.getLogger("trio_maint.connection")
 
 _RECEIVE_SIZE: Final = 65536
 _INF: Final = math.inf
-#: First reads that wait at once after an eager read found nothing (see ``_receive``).
-_EAGER_SKIP: Final = 8
 #: Push frames handed on in a row, from bytes already buffered, before a reply wait
 #: checkpoints (``int``): a flood of buffered push frames never blocks the event loop
 #: for long (docs/robustness.md).
@@ -90,9 +89,9 @@ class StreamIO:
     """
 
     __slots__ = (
-        "_eager_skip",
         "_parser",
         "_poller",
+        "_spin",
         "_stream",
         "_timed_out",
         "host",
@@ -119,8 +118,8 @@ class StreamIO:
     _poller: select.poll | None
     _parser: RespParser
     _timed_out: bool
-    #: Eager first reads to skip (see :meth:`_receive`): set after one found nothing.
-    _eager_skip: int
+    #: How many passes the next first read polls for its reply (see :meth:`_receive`).
+    _spin: ReadSpin
 
     @property
     def endpoint_text(self) -> str:
@@ -283,11 +282,10 @@ class StreamIO:
         start = trio.current_time()
         deadline = self._deadline_from(start, configured)
         burst = 0
-        eager = True
         while True:
             if reply is NEED_DATA:
-                await self._receive(deadline, eager=eager)
-                eager = False
+                # Every read polls first: after a partial reply the rest is on its way.
+                await self._receive(deadline, eager=True)
                 burst = 0
             elif reply.__class__ is PushNotification:
                 self._parser.pushes_taken(1)
@@ -306,14 +304,15 @@ class StreamIO:
     async def _receive(self, deadline: float, *, eager: bool = False) -> None:
         """Read what the socket holds into the parser, waiting for it until ``deadline``.
 
-        ``eager`` (the first read after a command was written on a plain socket): one pass
-        through Trio's scheduler (a checkpoint), then a read, and only if nothing came the
-        wait for readability. Under concurrency the server has usually answered by then
-        (other tasks ran meanwhile), so the wait's registration with epoll (an
-        ``epoll_ctl`` per reply) is skipped: -11 to -24 % client CPU per command with 50
-        tasks (docs/performance.md, "Issue 18"). When an eager read finds nothing (a lone
-        task, whose pass through the scheduler is short), the next ``_EAGER_SKIP`` first
-        reads of this connection wait at once, as before.
+        ``eager`` (the first read after a command was written on a plain socket): poll for
+        the reply before waiting for readability, up to
+        :data:`~trio_maint._sansio.spin.SPIN_PASSES` passes through Trio's scheduler (a
+        checkpoint each) and a non-blocking read after each, as the connection's
+        :class:`~trio_maint._sansio.spin.ReadSpin` decides (it backs off when polling keeps
+        missing). The reply is usually there within a few passes, and a found reply skips
+        the wait's epoll registration and the thread's sleep and wakeup, which cost more
+        than the round trip on a virtual machine (docs/performance.md, "Polling for the
+        reply"). Other tasks run in every pass.
 
         :raises TimeoutError: ``deadline`` passed first (the connection is then broken).
         :raises ConnectionError, ConnectionClosedError: the socket failed or was closed.
@@ -326,18 +325,24 @@ class StreamIO:
             if type(stream) is trio.SocketStream:
                 # Fast path (plain sockets): wait until readable, then one read(), without
                 # the failed first recv() and the wrappers of SocketStream.receive_some.
-                # Cancellation can only happen in the checkpoint or the wait, before
+                # Cancellation can only happen in a checkpoint or the wait, before
                 # anything was read.
                 sock = stream.socket
                 got: bytes | None = None
                 if eager:
-                    if self._eager_skip:
-                        self._eager_skip -= 1
-                    else:
+                    # Poll for the reply a few passes before waiting (_sansio/spin.py).
+                    spin = self._spin
+                    passes = spin.passes()
+                    while passes:
                         await trio.lowlevel.checkpoint()
                         got = _read_now(sock)
-                        if got is None:
-                            self._eager_skip = _EAGER_SKIP
+                        if got is not None:
+                            if spin.misses:
+                                spin.found()
+                            break
+                        passes -= 1
+                        if not passes:
+                            spin.missed()
                 if got is None:
                     if not await self._wait_readable(stream, sock, deadline):
                         return

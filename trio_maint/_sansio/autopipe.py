@@ -119,10 +119,22 @@ class BatchQueue(Generic[T]):
     max_batch: int = MAX_BATCH
     #: Commands between :meth:`start` and :meth:`done`.
     in_flight: int = 0
-    #: Commands waiting for a batch, oldest first.
+    #: Commands waiting for a batch, oldest first, and withdrawn ones not yet passed over
+    #: by :meth:`take` (see :attr:`waiting`).
     queue: deque[T] = attrs.field(factory=deque)
     #: Commands still to go straight out after a batch of big replies.
     direct_left: int = 0
+    #: ``id()`` of each item in :attr:`queue` still waiting (an item in the queue is
+    #: alive, so its ``id`` is its own).
+    _waiting: set[int] = attrs.field(factory=set)
+    #: ``id()`` of each withdrawn item still in :attr:`queue`: :meth:`take` passes over
+    #: it (a withdrawal costs O(1), not a search of the queue).
+    _withdrawn: set[int] = attrs.field(factory=set)
+
+    @property
+    def waiting(self) -> int:
+        """Commands waiting for a batch (``int``; withdrawn ones not counted)."""
+        return len(self._waiting)
 
     def start(self) -> bool:
         """A command begins: ``True`` when it should go straight out (no other command
@@ -143,28 +155,57 @@ class BatchQueue(Generic[T]):
             self.direct_left = DIRECT_AFTER_BIG
 
     def enqueue(self, item: T) -> bool:
-        """Queue ``item``; ``True`` when the queue was empty (a batch worker must be
-        woken), ``False`` when a wake-up is already due."""
+        """Queue ``item``; ``True`` when no other command was waiting (a batch worker must
+        be woken), ``False`` when a wake-up is already due."""
         self.queue.append(item)
-        return len(self.queue) == 1
+        waiting = self._waiting
+        waiting.add(id(item))
+        return len(waiting) == 1
+
+    def requeue(self, items: list[T]) -> None:
+        """Put ``items`` (taken by :meth:`take`, not sent) back at the front of the
+        queue, in their order: the next batch takes them first."""
+        self.queue.extendleft(reversed(items))
+        self._waiting.update(map(id, items))
 
     def take(self) -> list[T]:
-        """The next batch: up to :attr:`max_batch` queued items, oldest first, removed
-        from the queue (empty when nothing is queued)."""
+        """The next batch: up to :attr:`max_batch` waiting items, oldest first, removed
+        from the queue (empty when nothing waits)."""
         queue = self.queue
-        if len(queue) <= self.max_batch:
+        waiting = self._waiting
+        withdrawn = self._withdrawn
+        if not withdrawn and len(queue) <= self.max_batch:
             batch = list(queue)
             queue.clear()
+            waiting.clear()
             return batch
-        return [queue.popleft() for _ in range(self.max_batch)]
+        batch = []
+        while queue and len(batch) < self.max_batch:
+            item = queue.popleft()
+            key = id(item)
+            if key in withdrawn:
+                withdrawn.discard(key)
+                continue
+            waiting.discard(key)
+            batch.append(item)
+        if not waiting:  # only withdrawn ones left, if any
+            queue.clear()
+            withdrawn.clear()
+        return batch
 
     def withdraw(self, item: T) -> bool:
-        """Remove ``item`` from the queue (its task was cancelled before a batch took
-        it: it was never sent). ``False`` when a batch already took it."""
-        try:
-            self.queue.remove(item)
-        except ValueError:
+        """Take ``item`` back (its task was cancelled before a batch took it: it is never
+        sent), in O(1). ``False`` when a batch already took it."""
+        key = id(item)
+        waiting = self._waiting
+        if key not in waiting:
             return False
+        waiting.discard(key)
+        if waiting:
+            self._withdrawn.add(key)
+        else:  # nothing left waiting: drop the withdrawn ones at once
+            self.queue.clear()
+            self._withdrawn.clear()
         return True
 
     def done(self, count: int = 1) -> None:

@@ -1,0 +1,66 @@
+"""How long a connection polls for a reply before it waits for one (sans-IO).
+
+After a command is written on a plain socket, the reply is usually there within a few
+passes through Trio's scheduler: the server answers in tens of microseconds on a local or
+same-zone network, and each pass (other tasks' steps, one ``epoll_wait`` that does not
+block) takes about ten. Waiting for readability instead registers the socket with epoll
+and puts the thread to sleep in the kernel; on a virtual machine that sleep and the wakeup
+after it cost more than the reply's own round trip. So the first read after a write polls:
+up to :data:`SPIN_PASSES` passes through the scheduler, each followed by one non-blocking
+read, and only then the wait (the shell in :mod:`trio_maint._net.wire`). Other tasks run
+in every pass; nothing blocks the event loop.
+
+Polling that keeps missing (a far server, slow commands) would be CPU spent for nothing,
+so :class:`ReadSpin` backs off: after a miss the connection's next 2, 4, ..., up to
+:data:`MAX_SKIP` first reads wait at once, and one reply found by polling ends the back-off.
+A far server costs one miss, about ``SPIN_PASSES`` passes, per ``MAX_SKIP`` commands.
+docs/performance.md ("Polling for the reply") has the measurements.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["MAX_SKIP", "SPIN_PASSES", "ReadSpin"]
+
+#: Passes through the scheduler (``int``), each followed by one non-blocking read, before
+#: a connection waits for its reply's readability.
+SPIN_PASSES: Final = 8
+#: The most first reads (``int``) that wait at once after polling missed, in a row.
+MAX_SKIP: Final = 64
+_MAX_MISSES: Final = MAX_SKIP.bit_length() - 1
+
+
+class ReadSpin:
+    """One connection's polling state: how many passes its next first read polls.
+
+    ``skip``: first reads still to wait at once (``int``); ``misses``: polls in a row that
+    found nothing (``int``). Not thread-safe; one per connection.
+    """
+
+    __slots__ = ("misses", "skip")
+
+    def __init__(self) -> None:
+        self.skip = 0
+        self.misses = 0
+
+    def passes(self) -> int:
+        """Passes to poll for the reply of the command just written: :data:`SPIN_PASSES`,
+        or ``0`` (wait at once) while backing off."""
+        if self.skip:
+            self.skip -= 1
+            return 0
+        return SPIN_PASSES
+
+    def found(self) -> None:
+        """Polling found the reply: the back-off ends."""
+        self.misses = 0
+
+    def missed(self) -> None:
+        """Polling found nothing: the next ``2 ** misses`` first reads (at most
+        :data:`MAX_SKIP`) wait at once."""
+        misses = self.misses
+        if misses < _MAX_MISSES:
+            misses += 1
+            self.misses = misses
+        self.skip = 1 << misses
