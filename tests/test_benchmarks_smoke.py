@@ -242,3 +242,16 @@ def test_runner_combines(tmp_path: Path) -> None:
     combined = json.loads((tmp_path / "all.json").read_text())
     assert list(combined) == ["parser"]
     check_document("parser", combined["parser"])
+
+
+def test_poll_passes_runs(tmp_path: Path) -> None:
+    """``benchmarks.poll_passes`` (docs/performance.md, "Polling for the reply") prints a
+    line per number of passes; with 0 passes nothing is found by polling."""
+    proc = run(
+        ["benchmarks.poll_passes", "--passes", "0,4", "--count", "200", "--rounds", "1"],
+        tmp_path,
+    )
+    lines = proc.stdout.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert set(rows) == {"0", "4"}
+    assert rows["0"][3] == "0.0%"

@@ -167,3 +167,66 @@ async def test_the_server_closing_while_polled_is_a_connection_error() -> None:
         async with trio_maint.open_redis(server.url, pool_size=1) as r:
             with pytest.raises(trio_maint.ConnectionError), trio.fail_after(5):
                 await r.get("k")
+
+
+# ------------------------------------------------------- the rest of a reply begun
+
+
+@pytest.mark.trio
+async def test_a_huge_reply_lets_other_tasks_run_between_its_reads(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reads of one reply after the first try the socket before passing through the
+    scheduler, but only the first ``_READS_NOW``: a 4 MiB value (64 reads and more) never
+    holds the event loop for more than that many reads in a row."""
+    events: list[str] = []
+    real = wire._read_now
+
+    def logged(sock: trio.socket.SocketType) -> bytes | None:
+        got = real(sock)
+        if got is not None:
+            events.append("read")
+        return got
+
+    value = b"x" * (4 << 20)
+    async with trio_maint.open_redis(redis_url, pool_size=1) as r:
+        await r.set("spin:huge", value)
+        monkeypatch.setattr(wire, "_read_now", logged)
+        ticking = True
+
+        async def ticker() -> None:
+            while ticking:
+                events.append("tick")
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            await trio.lowlevel.checkpoint()
+            with trio.fail_after(10):
+                got = await r.get("spin:huge")
+            ticking = False
+        await r.delete("spin:huge")
+    assert got == value
+    runs = "".join("R" if e == "read" else "." for e in events).split(".")
+    assert events.count("read") >= 64
+    assert max(len(run) for run in runs) <= wire._READS_NOW
+
+
+@pytest.mark.trio
+async def test_a_reply_in_pieces_apart_in_time_is_read_whole() -> None:
+    """The rest of a reply begun is tried at once; not there yet, it is polled for, then
+    waited for, as a reply is."""
+
+    async def in_pieces(conn: FakeConnection, args: list[bytes]) -> Action:
+        whole = resp(b"y" * 300_000)
+        for at in range(0, len(whole), 100_000):
+            await conn.send(whole[at : at + 100_000])
+            await trio.sleep(0.02)
+        return Action.NO_REPLY
+
+    async with open_fake_server() as server:
+        server.on("GET", in_pieces)
+        async with trio_maint.open_redis(server.url, pool_size=1, socket_timeout=5.0) as r:
+            with trio.fail_after(5):
+                assert await r.get("k") == b"y" * 300_000
+                assert await r.ping() is True  # the connection is still in step

@@ -124,7 +124,7 @@ async def test_a_relaxation_after_the_deadline_comes_too_late(
 class _Flooded(Connection):
     """Its socket is always readable, and every read brings more push frames."""
 
-    async def _receive(self, deadline: float, *, eager: bool = False) -> None:
+    async def _receive(self, deadline: float, *, eager: bool = False, now: bool = False) -> None:
         await trio.sleep(0.01)
         self._parser.feed(UNKNOWN * 10)
 

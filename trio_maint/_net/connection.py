@@ -46,16 +46,13 @@ from .._sansio.resp import (
 from .._sansio.spin import ReadSpin
 from .._sansio.unset import UNSET, Unset
 from .stream import close_stream, open_stream, socket_of
-from .wire import PUSH_BURST, PushHandler, StreamIO, TimeoutPolicy
+from .wire import _READS_NOW, PUSH_BURST, PushHandler, StreamIO, TimeoutPolicy
 
 __all__ = ["Connection", "HandshakeHook", "PushHandler", "TimeoutPolicy", "open_stream"]
 
 logger = logging.getLogger("trio_maint.connection")
 
 _INF: Final = math.inf
-#: Most commands in a batch whose replies :meth:`Connection.execute_many` reads eagerly
-#: (see ``_receive``'s ``eager``): a pipeline of 100 GETs measured +8 % CPU with it.
-_EAGER_BATCH: Final = 32
 _ids = itertools.count(1)
 
 #: ``hook(connection)``: extra handshake steps run after ``HELLO 3``/``SELECT`` on every new
@@ -361,9 +358,9 @@ class Connection(StreamIO):
             pushed = self._take_replies(replies, count)
             start: float | None = None
             deadline = _INF
-            # Small batches (a transaction of a few commands): read after one pass
-            # through the scheduler, as execute does; a big one is rarely all there.
-            eager = count <= _EAGER_BATCH
+            # The first read polls for the replies, as execute's does (_sansio/spin.py).
+            eager = True
+            reads = 0
             while len(replies) < count:
                 if start is None:
                     start = trio.current_time()
@@ -376,7 +373,9 @@ class Connection(StreamIO):
                     # between batches, so that a flood never blocks the event loop long.
                     await trio.lowlevel.checkpoint()
                 else:
-                    await self._receive(deadline, eager=eager)
+                    # (The next few reads try the socket at once, as _read_reply's.)
+                    await self._receive(deadline, eager=eager, now=0 < reads < _READS_NOW)
+                    reads += 1
                     eager = False
                 pushed = self._take_replies(replies, count)
             return replies

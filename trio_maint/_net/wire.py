@@ -45,6 +45,10 @@ logger = logging.getLogger("trio_maint.connection")
 
 _RECEIVE_SIZE: Final = 65536
 _INF: Final = math.inf
+#: Reads of one reply (``int``), the first included, of which all but the first try the
+#: socket before passing through the scheduler (see ``_read_reply``); later ones pass
+#: first, so that a huge reply never holds the event loop for long.
+_READS_NOW: Final = 4
 #: Push frames handed on in a row, from bytes already buffered, before a reply wait
 #: checkpoints (``int``): a flood of buffered push frames never blocks the event loop
 #: for long (docs/robustness.md).
@@ -282,10 +286,13 @@ class StreamIO:
         start = trio.current_time()
         deadline = self._deadline_from(start, configured)
         burst = 0
+        reads = 0
         while True:
             if reply is NEED_DATA:
-                # Every read polls first: after a partial reply the rest is on its way.
-                await self._receive(deadline, eager=True)
+                # Every read polls first; the next few reads of a reply begun try the
+                # socket before the first pass: the rest is usually there already.
+                await self._receive(deadline, eager=True, now=0 < reads < _READS_NOW)
+                reads += 1
                 burst = 0
             elif reply.__class__ is PushNotification:
                 self._parser.pushes_taken(1)
@@ -301,7 +308,7 @@ class StreamIO:
                 return reply
             reply = self._next_parsed()
 
-    async def _receive(self, deadline: float, *, eager: bool = False) -> None:
+    async def _receive(self, deadline: float, *, eager: bool = False, now: bool = False) -> None:
         """Read what the socket holds into the parser, waiting for it until ``deadline``.
 
         ``eager`` (the first read after a command was written on a plain socket): poll for
@@ -328,8 +335,8 @@ class StreamIO:
                 # Cancellation can only happen in a checkpoint or the wait, before
                 # anything was read.
                 sock = stream.socket
-                got: bytes | None = None
-                if eager:
+                got = _read_now(sock) if now else None
+                if got is None and eager:
                     # Poll for the reply a few passes before waiting (_sansio/spin.py).
                     spin = self._spin
                     passes = spin.passes()
