@@ -22,6 +22,7 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
+from typing import Any, cast
 
 import hiredis
 import trio
@@ -37,7 +38,7 @@ async def _loop(port: int, passes: int, count: int, gap: float) -> dict[str, flo
         sock = stream.socket
         fd = sock.fileno()
         reader = hiredis.Reader()
-        command = hiredis.pack_command(("GET", KEY))
+        command = hiredis.pack_command(cast(Any, ("GET", KEY)))
         found = 0
         found_at = 0
         write_time = 0.0
@@ -103,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> dict[int, dict[str, float]]:
 
         async def setup() -> None:
             stream = await trio.open_tcp_stream("127.0.0.1", port)
-            await stream.send_all(hiredis.pack_command(("SET", KEY, b"v" * 16)))
+            await stream.send_all(hiredis.pack_command(cast(Any, ("SET", KEY, b"v" * 16))))
             await stream.receive_some(65536)
             await stream.aclose()
 
