@@ -32,6 +32,7 @@ from trio_maint._sansio.autopipe import (
     BIG_REPLY,
     DIRECT_AFTER_BIG,
     MAX_BATCH,
+    MAX_DIRECT_AFTER_BIG,
     BatchQueue,
     batchable,
 )
@@ -325,6 +326,20 @@ def test_batch_queue_big_replies_send_the_next_commands_straight_out() -> None:
     assert [q.start() for _ in range(DIRECT_AFTER_BIG)] == [True] * DIRECT_AFTER_BIG
     assert q.start() is False  # then a batch is tried again
     assert q.in_flight == 3 + DIRECT_AFTER_BIG + 1
+
+
+def test_batch_queue_big_batches_in_a_row_double_the_direct_run() -> None:
+    q: BatchQueue[object] = BatchQueue()
+    runs = []
+    for _ in range(9):
+        q.batch_replied(2, 2 * BIG_REPLY + 2)
+        runs.append(q.direct_left)
+        q.direct_left = 0
+    assert runs[:3] == [DIRECT_AFTER_BIG, 2 * DIRECT_AFTER_BIG, 4 * DIRECT_AFTER_BIG]
+    assert runs[-1] == MAX_DIRECT_AFTER_BIG == 64 * DIRECT_AFTER_BIG
+    q.batch_replied(2, 20)  # a batch of small replies ends the streak
+    q.batch_replied(2, 2 * BIG_REPLY + 2)
+    assert q.direct_left == DIRECT_AFTER_BIG
 
 
 # ------------------------------------------------------------------ 2. batching, real server

@@ -41,6 +41,7 @@ __all__ = [
     "BIG_REPLY",
     "DIRECT_AFTER_BIG",
     "MAX_BATCH",
+    "MAX_DIRECT_AFTER_BIG",
     "BatchQueue",
     "batchable",
 ]
@@ -52,8 +53,11 @@ MAX_BATCH: Final = 256
 #: where each task's own connection would carry them side by side.
 BIG_REPLY: Final = 16 * 1024
 #: After a batch of big replies, this many commands go straight out (``int``) before a
-#: batch is tried again.
+#: batch is tried again; twice as many after each further batch of big replies in a row,
+#: up to :data:`MAX_DIRECT_AFTER_BIG`.
 DIRECT_AFTER_BIG: Final = 256
+#: The most commands that go straight out after batches of big replies (``int``).
+MAX_DIRECT_AFTER_BIG: Final = 64 * DIRECT_AFTER_BIG
 
 _EXTRA: Final = ("PING", "ECHO", "TIME", "PUBLISH", "SPUBLISH")
 #: Flags that keep a ``readonly``/``write`` command out of batches: it blocks, is a
@@ -124,6 +128,9 @@ class BatchQueue(Generic[T]):
     queue: deque[T] = attrs.field(factory=deque)
     #: Commands still to go straight out after a batch of big replies.
     direct_left: int = 0
+    #: How many commands went straight out after the last batch of big replies (``int``;
+    #: 0 once a batch was not).
+    direct_after_big: int = 0
     #: ``id()`` of each item in :attr:`queue` still waiting (an item in the queue is
     #: alive, so its ``id`` is its own).
     _waiting: set[int] = attrs.field(factory=set)
@@ -150,9 +157,14 @@ class BatchQueue(Generic[T]):
     def batch_replied(self, commands: int, reply_bytes: int) -> None:
         """A batch of ``commands`` (``int``) was answered with ``reply_bytes`` (``int``)
         bytes of string replies: past :data:`BIG_REPLY` a reply on average, the next
-        :data:`DIRECT_AFTER_BIG` commands go straight out."""
+        :data:`DIRECT_AFTER_BIG` commands go straight out, twice as many as last time when
+        the batch before was big too (up to :data:`MAX_DIRECT_AFTER_BIG`): a workload of
+        big values tries a batch ever more rarely."""
         if reply_bytes > BIG_REPLY * commands:
-            self.direct_left = DIRECT_AFTER_BIG
+            direct = min(self.direct_after_big * 2, MAX_DIRECT_AFTER_BIG) or DIRECT_AFTER_BIG
+            self.direct_after_big = self.direct_left = direct
+        else:
+            self.direct_after_big = 0
 
     def enqueue(self, item: T) -> bool:
         """Queue ``item``; ``True`` when no other command was waiting (a batch worker must
