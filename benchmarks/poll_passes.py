@@ -29,10 +29,14 @@ import trio
 
 from trio_maint.testing import RedisServer
 
+#: The key every GET reads (16 bytes, set before the loops).
 KEY = "bench:poll:key"
 
 
 async def _loop(port: int, passes: int, count: int, gap: float) -> dict[str, float]:
+    """``count`` sequential GETs on a connection of their own to ``port``, polling up to
+    ``passes`` passes before waiting, ``gap`` seconds of busy work after each reply;
+    returns the rates and means the table prints."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     try:
         sock = stream.socket
@@ -86,6 +90,7 @@ async def _loop(port: int, passes: int, count: int, gap: float) -> dict[str, flo
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line (see the module doc)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--passes", default="0,1,2,4,8,16")
     parser.add_argument("--count", type=int, default=20_000)

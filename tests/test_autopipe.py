@@ -340,6 +340,10 @@ def test_batch_queue_big_batches_in_a_row_double_the_direct_run() -> None:
     q.batch_replied(2, 20)  # a batch of small replies ends the streak
     q.batch_replied(2, 2 * BIG_REPLY + 2)
     assert q.direct_left == DIRECT_AFTER_BIG
+    # Another worker's big batch, taken before the run began, ends during it: no doubling.
+    q.start()
+    q.batch_replied(2, 2 * BIG_REPLY + 2)
+    assert q.direct_left == DIRECT_AFTER_BIG - 1 and q.direct_after_big == DIRECT_AFTER_BIG
 
 
 # ------------------------------------------------------------------ 2. batching, real server

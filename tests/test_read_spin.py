@@ -2,9 +2,9 @@
 
 After a command is written on a plain socket, the connection passes through Trio's
 scheduler up to ``SPIN_PASSES`` times, reading after each pass, before it waits for
-readability; polling that misses backs off (2, 4, ... up to ``MAX_SKIP`` first reads wait
-at once). The decision is tested as plain calls; the shell against small fake servers on
-loopback (a server in the same Trio run answers within a pass or two; a slow one never
+readability; polling that misses backs off (2, 4, ... up to ``MAX_SKIP`` polling reads
+wait at once). The decision is tested as plain calls; the shell against small fake servers
+on loopback (a server in the same Trio run answers within a few passes; a slow one never
 does), and a cancellation in any polling pass discards the connection.
 """
 
@@ -18,7 +18,7 @@ import trio.testing
 
 import trio_maint
 from trio_maint._net import wire
-from trio_maint._sansio.spin import MAX_SKIP, SPIN_PASSES, ReadSpin
+from trio_maint._sansio.spin import MAX_SKIP, READS_NOW, SPIN_PASSES, ReadSpin, read_now
 
 from ._fakeserver import Action, FakeConnection, open_fake_server, resp
 from .test_robust_cancel import StepCanceller, canceller  # noqa: F401
@@ -136,8 +136,14 @@ async def test_cancelled_in_any_polling_pass_the_connection_is_discarded(
 ) -> None:
     """A command cancelled while polling has been written and its reply is unread: its
     connection is never reused, so the next command never reads that reply."""
+
+    async def never_the_first(conn: FakeConnection, args: list[bytes]) -> bytes:
+        if args[1] == b"first":
+            await trio.sleep_forever()  # no reply, whatever the machine's load
+        return resp(b"late:" + args[1])
+
     async with open_fake_server() as server:
-        server.on("GET", delayed_get(0.05))
+        server.on("GET", never_the_first)
         async with trio_maint.open_redis(server.url, pool_size=1, socket_timeout=5.0) as r:
             await r.set("k", "v")
             [conn] = r.pool.connections
@@ -172,50 +178,70 @@ async def test_the_server_closing_while_polled_is_a_connection_error() -> None:
 # ------------------------------------------------------- the rest of a reply begun
 
 
+class ReadsPerStep(trio.abc.Instrument):
+    """The most reads one step of ``task`` made (a step: from one schedule point to the
+    next, during which no other task runs)."""
+
+    def __init__(self) -> None:
+        self.task: trio.lowlevel.Task | None = None
+        self.now = 0
+        self.most = 0
+
+    def read(self) -> None:
+        if trio.lowlevel.current_task() is self.task:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.now = 0
+
+
 @pytest.mark.trio
 async def test_a_huge_reply_lets_other_tasks_run_between_its_reads(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reads of one reply after the first try the socket before passing through the
-    scheduler, but only the first ``_READS_NOW``: a 4 MiB value (64 reads and more) never
-    holds the event loop for more than that many reads in a row."""
-    events: list[str] = []
+    scheduler, but only up to ``READS_NOW``: a 4 MiB value (64 reads and more) is never
+    read more than that many reads in one step of its task."""
+    steps = ReadsPerStep()
+    count = 0
     real = wire._read_now
 
     def logged(sock: trio.socket.SocketType) -> bytes | None:
+        nonlocal count
         got = real(sock)
         if got is not None:
-            events.append("read")
+            count += 1
+            steps.read()
         return got
 
     value = b"x" * (4 << 20)
     async with trio_maint.open_redis(redis_url, pool_size=1) as r:
         await r.set("spin:huge", value)
         monkeypatch.setattr(wire, "_read_now", logged)
-        ticking = True
-
-        async def ticker() -> None:
-            while ticking:
-                events.append("tick")
-                await trio.lowlevel.checkpoint()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(ticker)
-            await trio.lowlevel.checkpoint()
+        steps.task = trio.lowlevel.current_task()
+        trio.lowlevel.add_instrument(steps)
+        try:
             with trio.fail_after(10):
                 got = await r.get("spin:huge")
-            ticking = False
+        finally:
+            trio.lowlevel.remove_instrument(steps)
         await r.delete("spin:huge")
     assert got == value
-    runs = "".join("R" if e == "read" else "." for e in events).split(".")
-    assert events.count("read") >= 64
-    assert max(len(run) for run in runs) <= wire._READS_NOW
+    assert count >= 64
+    assert 1 <= steps.most <= READS_NOW
+
+
+def test_read_now_is_the_2nd_to_reads_now_th_read() -> None:
+    assert [read_now(reads) for reads in range(6)] == [False, True, True, True, False, False]
+    assert READS_NOW == 4
 
 
 @pytest.mark.trio
 async def test_a_reply_in_pieces_apart_in_time_is_read_whole() -> None:
-    """The rest of a reply begun is tried at once; not there yet, it is polled for, then
-    waited for, as a reply is."""
+    """A reply whose parts come 20 ms apart (the rest not there when tried at once, nor
+    while polling) is read whole, and the connection stays in step."""
 
     async def in_pieces(conn: FakeConnection, args: list[bytes]) -> Action:
         whole = resp(b"y" * 300_000)
@@ -230,3 +256,35 @@ async def test_a_reply_in_pieces_apart_in_time_is_read_whole() -> None:
             with trio.fail_after(5):
                 assert await r.get("k") == b"y" * 300_000
                 assert await r.ping() is True  # the connection is still in step
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("how", ["command", "pipeline"])
+async def test_a_reply_dripping_without_end_still_times_out(how: str) -> None:
+    """A server that sends a 100 MiB bulk string's header, then one byte per pass of
+    the scheduler: polling always finds a byte, but the reply's deadline (socket_timeout)
+    holds all the same."""
+
+    async def drip(conn: FakeConnection, args: list[bytes]) -> Action:
+        await conn.send(b"$104857600\r\n")
+        while not conn.closed:
+            await conn.send(b"x")
+            await trio.lowlevel.checkpoint()
+        return Action.NO_REPLY
+
+    async with open_fake_server() as server:
+        server.on("GET", drip)
+        async with trio_maint.open_redis(server.url, pool_size=1, socket_timeout=0.3) as r:
+
+            async def run() -> object:
+                if how == "command":
+                    return await r.get("k")
+                pipe = r.pipeline(transaction=False)
+                pipe.get("k")
+                return await pipe.execute()
+
+            start = trio.current_time()
+            with pytest.raises(trio_maint.TimeoutError), trio.fail_after(10):
+                await run()
+            assert trio.current_time() - start >= 0.3
+            assert r.pool.connections == []  # discarded

@@ -379,12 +379,13 @@ async def test_pubsub_resubscribes_after_a_cancelled_reconnect(r: trio_maint.Red
                 assert message is not None and message.data == cancel_in.encode()
 
 
-async def test_cancelled_in_the_eager_reads_checkpoint_discards_the_connection(
+async def test_cancelled_in_the_first_polling_pass_discards_the_connection(
     canceller: StepCanceller, r: trio_maint.Redis
 ) -> None:
-    """The first read after a command was written passes through the scheduler before it
-    reads (``_receive``'s ``eager``). Cancelled there, with the command written and its
-    reply unread, the connection is discarded: the next command never reads that reply.
+    """The first read after a command was written polls: it passes through the scheduler
+    before it reads (``_sansio/spin.py``). Cancelled in that first pass, with the command
+    written and its reply unread, the connection is discarded: the next command never
+    reads that reply (tests/test_read_spin.py cancels in later passes too).
     """
     await r.set("eager:a", "reply-for-a")
     await r.set("eager:b", "reply-for-b")
@@ -394,7 +395,7 @@ async def test_cancelled_in_the_eager_reads_checkpoint_discards_the_connection(
     with trio.CancelScope() as scope:
         # Step 1 runs from here to the first schedule point: taking the idle connection
         # is only a cancel point (nothing else in use), the write is none, so it is the
-        # eager read's checkpoint, after the write.
+        # first polling pass's checkpoint, after the write.
         canceller.targets[task] = [1, scope]
         await r.get("eager:a")
     assert scope.cancelled_caught

@@ -43,10 +43,10 @@ from .._sansio.resp import (
     encode_command,
     encode_commands,
 )
-from .._sansio.spin import ReadSpin
+from .._sansio.spin import ReadSpin, read_now
 from .._sansio.unset import UNSET, Unset
 from .stream import close_stream, open_stream, socket_of
-from .wire import _READS_NOW, PUSH_BURST, PushHandler, StreamIO, TimeoutPolicy
+from .wire import PUSH_BURST, PushHandler, StreamIO, TimeoutPolicy
 
 __all__ = ["Connection", "HandshakeHook", "PushHandler", "TimeoutPolicy", "open_stream"]
 
@@ -358,8 +358,6 @@ class Connection(StreamIO):
             pushed = self._take_replies(replies, count)
             start: float | None = None
             deadline = _INF
-            # The first read polls for the replies, as execute's does (_sansio/spin.py).
-            eager = True
             reads = 0
             while len(replies) < count:
                 if start is None:
@@ -373,10 +371,12 @@ class Connection(StreamIO):
                     # between batches, so that a flood never blocks the event loop long.
                     await trio.lowlevel.checkpoint()
                 else:
-                    # (The next few reads try the socket at once, as _read_reply's.)
-                    await self._receive(deadline, eager=eager, now=0 < reads < _READS_NOW)
+                    # The first read polls for the replies, as execute's does; the 2nd
+                    # to 4th try the socket at once; later ones (and, unlike a single
+                    # reply's, the 2nd to 4th when nothing was there) wait for
+                    # readability (_sansio/spin.py).
+                    await self._receive(deadline, eager=reads == 0, now=read_now(reads))
                     reads += 1
-                    eager = False
                 pushed = self._take_replies(replies, count)
             return replies
         except ProtocolError as exc:

@@ -31,7 +31,7 @@ from .._sansio.errors import (
 from .._sansio.loglimit import log_limited
 from .._sansio.options import ClientOptions
 from .._sansio.resp import NEED_DATA, PushNotification, RespParser, RespValue
-from .._sansio.spin import ReadSpin
+from .._sansio.spin import ReadSpin, read_now
 from .._sansio.unset import UNSET, Unset
 from .stream import describe_error
 
@@ -45,10 +45,6 @@ logger = logging.getLogger("trio_maint.connection")
 
 _RECEIVE_SIZE: Final = 65536
 _INF: Final = math.inf
-#: Reads of one reply (``int``), the first included, of which all but the first try the
-#: socket before passing through the scheduler (see ``_read_reply``); later ones pass
-#: first, so that a huge reply never holds the event loop for long.
-_READS_NOW: Final = 4
 #: Push frames handed on in a row, from bytes already buffered, before a reply wait
 #: checkpoints (``int``): a flood of buffered push frames never blocks the event loop
 #: for long (docs/robustness.md).
@@ -122,7 +118,7 @@ class StreamIO:
     _poller: select.poll | None
     _parser: RespParser
     _timed_out: bool
-    #: How many passes the next first read polls for its reply (see :meth:`_receive`).
+    #: How many passes the next polling read makes (see :meth:`_receive`).
     _spin: ReadSpin
 
     @property
@@ -289,9 +285,9 @@ class StreamIO:
         reads = 0
         while True:
             if reply is NEED_DATA:
-                # Every read polls first; the next few reads of a reply begun try the
-                # socket before the first pass: the rest is usually there already.
-                await self._receive(deadline, eager=True, now=0 < reads < _READS_NOW)
+                # Every read polls; the 2nd to 4th try the socket before any pass: the
+                # rest of a reply begun is usually there already (_sansio/spin.py).
+                await self._receive(deadline, eager=True, now=read_now(reads))
                 reads += 1
                 burst = 0
             elif reply.__class__ is PushNotification:
@@ -311,15 +307,18 @@ class StreamIO:
     async def _receive(self, deadline: float, *, eager: bool = False, now: bool = False) -> None:
         """Read what the socket holds into the parser, waiting for it until ``deadline``.
 
-        ``eager`` (the first read after a command was written on a plain socket): poll for
-        the reply before waiting for readability, up to
-        :data:`~trio_maint._sansio.spin.SPIN_PASSES` passes through Trio's scheduler (a
-        checkpoint each) and a non-blocking read after each, as the connection's
-        :class:`~trio_maint._sansio.spin.ReadSpin` decides (it backs off when polling keeps
-        missing). The reply is usually there within a few passes, and a found reply skips
-        the wait's epoll registration and the thread's sleep and wakeup, which cost more
-        than the round trip on a virtual machine (docs/performance.md, "Polling for the
-        reply"). Other tasks run in every pass.
+        On a plain socket (TCP or Unix), ``eager`` (a read right after a write, and every
+        read of a single command's reply): poll for the bytes before waiting for
+        readability, up to :data:`~trio_maint._sansio.spin.SPIN_PASSES` passes through
+        Trio's scheduler (a checkpoint each) and a non-blocking read after each, as the
+        connection's :class:`~trio_maint._sansio.spin.ReadSpin` decides (it backs off
+        when polling keeps missing). The reply is usually there within a few passes, and
+        a found reply skips the wait's epoll registration and the thread's sleep and
+        wakeup, which cost more than the round trip on a virtual machine
+        (docs/performance.md, "Polling for the reply"). Other tasks run in every pass.
+        ``now`` (the 2nd to 4th read of one reply, :func:`~trio_maint._sansio.spin.read_now`):
+        one non-blocking read first, before any pass. Either way ``deadline`` is checked
+        first: bytes that keep coming in dribs never hold a reply past it.
 
         :raises TimeoutError: ``deadline`` passed first (the connection is then broken).
         :raises ConnectionError, ConnectionClosedError: the socket failed or was closed.
@@ -330,10 +329,15 @@ class StreamIO:
         data: bytes | bytearray
         try:
             if type(stream) is trio.SocketStream:
-                # Fast path (plain sockets): wait until readable, then one read(), without
-                # the failed first recv() and the wrappers of SocketStream.receive_some.
+                # Fast path (plain sockets): reads with os.read, polling or after the
+                # wait for readability, without the wrappers of SocketStream.receive_some.
                 # Cancellation can only happen in a checkpoint or the wait, before
                 # anything was read.
+                if (eager or now) and deadline != _INF and trio.current_time() >= deadline:
+                    # (A polled read never reaches the wait, where the deadline applies.)
+                    raise TimeoutError(
+                        f"no reply from {self.endpoint_text} within the socket timeout"
+                    )
                 sock = stream.socket
                 got = _read_now(sock) if now else None
                 if got is None and eager:

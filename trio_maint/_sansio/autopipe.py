@@ -115,9 +115,11 @@ T = TypeVar("T")
 class BatchQueue(Generic[T]):
     """Which commands batch, and which go out now (sans-IO: no I/O, no clock).
 
-    ``T`` is the shell's record of one queued command. Counters: :attr:`in_flight` counts
-    the client's auto-pipelined commands between :meth:`start` and :meth:`done` (straight
-    or batched); :attr:`queue` holds the commands waiting for a batch worker, in order.
+    ``T`` is the shell's record of one queued command: each queued item must be an
+    object of its own (items are told apart by ``id()``). Counters: :attr:`in_flight`
+    counts the client's auto-pipelined commands between :meth:`start` and :meth:`done`
+    (straight or batched); :attr:`waiting` the commands waiting for a batch worker, which
+    :attr:`queue` holds in order (with withdrawn ones not yet passed over).
     """
 
     max_batch: int = MAX_BATCH
@@ -133,10 +135,10 @@ class BatchQueue(Generic[T]):
     direct_after_big: int = 0
     #: ``id()`` of each item in :attr:`queue` still waiting (an item in the queue is
     #: alive, so its ``id`` is its own).
-    _waiting: set[int] = attrs.field(factory=set)
+    _waiting: set[int] = attrs.field(factory=set, init=False)
     #: ``id()`` of each withdrawn item still in :attr:`queue`: :meth:`take` passes over
     #: it (a withdrawal costs O(1), not a search of the queue).
-    _withdrawn: set[int] = attrs.field(factory=set)
+    _withdrawn: set[int] = attrs.field(factory=set, init=False)
 
     @property
     def waiting(self) -> int:
@@ -159,8 +161,12 @@ class BatchQueue(Generic[T]):
         bytes of string replies: past :data:`BIG_REPLY` a reply on average, the next
         :data:`DIRECT_AFTER_BIG` commands go straight out, twice as many as last time when
         the batch before was big too (up to :data:`MAX_DIRECT_AFTER_BIG`): a workload of
-        big values tries a batch ever more rarely."""
+        big values tries a batch ever more rarely, and a switch back to small values is
+        noticed after that many commands at most. A big batch that ends while a run is
+        still going (taken before it began, by another worker) changes nothing."""
         if reply_bytes > BIG_REPLY * commands:
+            if self.direct_left:
+                return
             direct = min(self.direct_after_big * 2, MAX_DIRECT_AFTER_BIG) or DIRECT_AFTER_BIG
             self.direct_after_big = self.direct_left = direct
         else:
