@@ -11,6 +11,11 @@ decisions and retry policy as :meth:`Pipeline.execute <trio_maint.Pipeline.execu
 The decisions (what batches, what goes straight out, how much a batch takes) are
 :class:`~trio_maint._sansio.autopipe.BatchQueue`'s.
 
+A queued command waits for a batch at most ``pool_timeout`` seconds: when every batch
+worker is busy that long (a stalled server), it fails with
+:class:`~trio_maint.PoolTimeoutError`, unsent, as a command that waited that long for a
+pool connection does. Once a batch took it, ``socket_timeout`` bounds its reply.
+
 Cancellation: a task cancelled while its command is queued takes it out of the queue
 (nothing was sent). One cancelled after a batch took its command leaves it to the batch
 (it may run, as a command cancelled while awaiting its reply may); the worker reads its
@@ -22,6 +27,8 @@ cancels the workers: commands queued or in a batch then fail with
 from __future__ import annotations
 
 import copy
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import outcome
@@ -33,6 +40,7 @@ from .._sansio.errors import (
     ConnectionClosedError,
     ConnectionError,
     DataError,
+    PoolTimeoutError,
     ProtocolError,
     RedisError,
 )
@@ -51,13 +59,17 @@ BATCH_WORKERS: Final = 4
 
 
 class _Queued:
-    """One command waiting for a batch: its arguments and its parked task."""
+    """One command waiting for a batch: its arguments, its parked task, and until when
+    (Trio's clock, seconds) it may wait for one."""
 
-    __slots__ = ("abandoned", "args", "task")
+    __slots__ = ("abandoned", "args", "deadline", "task")
 
-    def __init__(self, args: tuple[CommandArg, ...], task: trio.lowlevel.Task) -> None:
+    def __init__(
+        self, args: tuple[CommandArg, ...], task: trio.lowlevel.Task, deadline: float
+    ) -> None:
         self.args = args
         self.task = task
+        self.deadline = deadline
         # Set when the task was cancelled after a batch took the command: its reply is
         # read and dropped.
         self.abandoned = False
@@ -77,16 +89,42 @@ class AutoPipeliner:
         self._workers = workers
         self._state: BatchQueue[_Queued] = BatchQueue()
         self._idle = trio.lowlevel.ParkingLot()
+        # Where the expiry task waits while nothing is queued.
+        self._nothing_queued = trio.lowlevel.ParkingLot()
         self._closed = False
+        wait = client.options.pool_timeout
+        self._max_wait = math.inf if wait is None else wait
 
     async def run(self) -> None:
-        """Run the batch workers until cancelled (the client's nursery runs this)."""
+        """Run the batch workers (and, with a ``pool_timeout``, the task that fails the
+        commands queued past it) until cancelled (the client's nursery runs this)."""
         try:
             async with trio.open_nursery() as nursery:
                 for _ in range(self._workers):
                     nursery.start_soon(self._worker)
+                if self._max_wait != math.inf:
+                    nursery.start_soon(self._expire)
         finally:
             self.close()
+
+    async def _expire(self) -> None:
+        """Fail each command that waited ``pool_timeout`` seconds in the queue (every
+        batch worker busy: a stalled server, say) with
+        :class:`~trio_maint.PoolTimeoutError`, as a command waiting that long for a pool
+        connection is; it was never sent."""
+        state = self._state
+        while True:
+            front = state.front()
+            if front is None:
+                await self._nothing_queued.park()
+                continue
+            await trio.sleep_until(front.deadline)
+            for item in state.expire(_expired_at(trio.current_time())):
+                error = PoolTimeoutError(
+                    f"no batch took the command within pool_timeout ({self._max_wait:g} s):"
+                    " every batch worker was busy; it was not sent"
+                )
+                trio.lowlevel.reschedule(item.task, outcome.Error(error))
 
     def close(self) -> None:
         """Stop taking commands; fail the queued ones with
@@ -105,6 +143,8 @@ class AutoPipeliner:
         :raises ConnectionError, TimeoutError, PoolTimeoutError: as
             :meth:`Pipeline.execute <trio_maint.Pipeline.execute>` (a batch's failure
             fails each command in it).
+        :raises PoolTimeoutError: no batch took it within ``pool_timeout`` seconds (it
+            was not sent), as a command that waited that long for a pool connection.
         :raises ConnectionClosedError: the client closed before the reply came.
         """
         if self._closed:
@@ -115,9 +155,10 @@ class AutoPipeliner:
                 return await self._client._send_pooled(args, timeout=UNSET)
             finally:
                 state.done()
-        item = _Queued(args, trio.lowlevel.current_task())
+        item = _Queued(args, trio.lowlevel.current_task(), trio.current_time() + self._max_wait)
         if state.enqueue(item):
             self._idle.unpark()
+            self._nothing_queued.unpark()
 
         def abort(_: object) -> trio.lowlevel.Abort:
             if not state.withdraw(item):
@@ -222,6 +263,11 @@ class AutoPipeliner:
             else:
                 rest.append(item)
         return rest
+
+
+def _expired_at(now: float) -> Callable[[_Queued], bool]:
+    """Whether a queued command's wait bound has passed at ``now`` (Trio's clock)."""
+    return lambda item: item.deadline <= now
 
 
 def _string_bytes(replies: list[Any]) -> int:

@@ -29,6 +29,7 @@ policy: what a reply proves did not run).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Final, Generic, TypeVar
 
 import attrs
@@ -210,6 +211,36 @@ class BatchQueue(Generic[T]):
             queue.clear()
             withdrawn.clear()
         return batch
+
+    def front(self) -> T | None:
+        """The oldest waiting item, left in the queue (``None`` when nothing waits);
+        withdrawn ones before it are dropped."""
+        queue = self.queue
+        withdrawn = self._withdrawn
+        while queue:
+            key = id(queue[0])
+            if key not in withdrawn:
+                return queue[0]
+            queue.popleft()
+            withdrawn.discard(key)
+        return None
+
+    def expire(self, expired: Callable[[T], bool]) -> list[T]:
+        """Remove and return, oldest first, the waiting items at the front of the queue
+        for which ``expired(item)`` is true, up to the first for which it is not: the
+        queue is in the order items came, so with a wait bound the same for every item
+        the expired ones are all at the front (the shell fails them unsent)."""
+        out: list[T] = []
+        queue = self.queue
+        waiting = self._waiting
+        while (item := self.front()) is not None and expired(item):
+            queue.popleft()
+            waiting.discard(id(item))
+            out.append(item)
+        if not waiting:
+            queue.clear()
+            self._withdrawn.clear()
+        return out
 
     def withdraw(self, item: T) -> bool:
         """Take ``item`` back (its task was cancelled before a batch took it: it is never

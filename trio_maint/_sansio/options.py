@@ -151,8 +151,10 @@ class ClientOptions:
     * ``auto_pipeline`` (``bool``, default False): commands that several tasks send at
       once are written together as one pipeline per batch (data commands only: nothing
       blocking or connection-scoped), see docs/performance.md. A lone task's command
-      goes out at once, as without it. Standalone clients only (the cluster client
-      refuses it).
+      goes out at once, as without it. A command waits for a batch at most
+      ``pool_timeout`` seconds (then ``PoolTimeoutError``, unsent), as for a pool
+      connection; once written, ``socket_timeout`` bounds its reply. Standalone clients
+      only (the cluster client refuses it).
     """
 
     host: str = "localhost"
