@@ -108,6 +108,18 @@ async def settle() -> None:
     await trio.testing.wait_all_tasks_blocked()
 
 
+def recording(r: trio_maint.Redis, outcomes: dict[str, object]) -> Callable[[str], Awaitable[None]]:
+    """A task body: ``GET key`` into ``outcomes[key]``, its reply or the exception."""
+
+    async def run(key: str) -> None:
+        try:
+            outcomes[key] = await r.get(key)
+        except Exception as exc:
+            outcomes[key] = exc
+
+    return run
+
+
 def assert_all_closed(outcomes: dict[str, object]) -> None:
     """Every command of ``outcomes`` raised ConnectionClosedError."""
     failed = {k for k, v in outcomes.items() if isinstance(v, trio_maint.ConnectionClosedError)}
@@ -631,13 +643,7 @@ async def test_closing_fails_queued_and_batched_commands(sim: MaintenanceSimulat
         try:
             async with trio.open_nursery() as outer:
                 async with stalled_client(sim) as r:
-
-                    async def run(key: str) -> None:
-                        try:
-                            outcomes[key] = await r.get(key)
-                        except Exception as exc:
-                            outcomes[key] = exc
-
+                    run = recording(r, outcomes)
                     await warm(r, BATCH_WORKERS + 1)
                     await occupy(r, sim, outer, run)
                     held = bytes_in(sim)
@@ -666,13 +672,7 @@ async def test_closing_fails_batches_waiting_for_a_connection(sim: MaintenanceSi
         try:
             async with trio.open_nursery() as outer:
                 async with stalled_client(sim, pool_size=2) as r:
-
-                    async def run(key: str) -> None:
-                        try:
-                            outcomes[key] = await r.get(key)
-                        except Exception as exc:
-                            outcomes[key] = exc
-
+                    run = recording(r, outcomes)
                     await warm(r, 2)
                     before = bytes_in(sim)
                     sim.stall()
